@@ -1,0 +1,1 @@
+"""tkg: embedded temporal knowledge-graph memory for AI agents."""

@@ -1,0 +1,59 @@
+"""The one exception hierarchy of tkg.
+
+Every error tkg raises on purpose is a :class:`TkgError`; catch that to handle them all. Each message says what
+was wrong and what to do about it. Whenever one of these is raised, memory and files are left as they were.
+"""
+
+from __future__ import annotations
+
+
+class TkgError(Exception):
+    """Base class of every error tkg raises on purpose."""
+
+
+class ValidationError(TkgError, ValueError):
+    """An argument or a record is malformed (empty text, bad id, wrong type)."""
+
+
+class TimestampError(ValidationError):
+    """A timestamp is naive (no timezone), unparseable, impossible or out of order."""
+
+
+class EpisodeError(ValidationError):
+    """An episode cannot be accepted: empty, too large, or of an unknown source type."""
+
+
+class EmbeddingError(ValidationError):
+    """An embedding has the wrong dimension, or contains NaN or infinite values."""
+
+
+class UnknownGroupError(TkgError, LookupError):
+    """A group_id was named that holds nothing in this memory."""
+
+
+class NotFoundError(TkgError, LookupError):
+    """A record with the given id does not exist."""
+
+
+class LLMError(TkgError):
+    """The LLM could not be reached, or returned something that does not fit the expected schema."""
+
+
+class ConfigurationError(TkgError):
+    """tkg was configured in a way that cannot work (for example a feature that needs an LLM without one)."""
+
+
+class SnapshotError(TkgError):
+    """Base class of snapshot problems."""
+
+
+class SnapshotFormatError(SnapshotError):
+    """The file is not a tkg snapshot, or it is truncated or corrupt."""
+
+
+class SnapshotVersionError(SnapshotError):
+    """The snapshot was written by a newer tkg whose format this version cannot read."""
+
+
+class BackendError(TkgError):
+    """A storage backend failed, or was asked for something it does not support."""

@@ -1,0 +1,20 @@
+"""The LLM seam: one typed call, a scripted double for tests, and an OpenAI-compatible client.
+
+* :class:`LLMClient` -- ``generate(prompt, response_model) -> response_model instance``.
+* :class:`ScriptedLLM` -- deterministic double: a queue of answers or a handler function.
+* :class:`tkg.llm.openai.OpenAILLM` -- instructor over the ``openai`` client (OpenAI, vLLM, Ollama, llama.cpp).
+"""
+
+from tkg.llm.base import LLMClient, LLMUsage, Prompt
+from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction
+from tkg.llm.scripted import ScriptedLLM
+
+__all__ = [
+    "ExtractedEntity",
+    "ExtractedFact",
+    "GraphExtraction",
+    "LLMClient",
+    "LLMUsage",
+    "Prompt",
+    "ScriptedLLM",
+]

@@ -1,0 +1,321 @@
+"""The bi-temporal graph model: plain, immutable records with no persistence logic.
+
+Three tiers, as in the Zep paper: episodes (raw input, kept verbatim), entities and the facts between them
+(entity edges), and communities. Mentions link an episode to the entities it names; memberships link a community
+to its entities. Every record carries a ``group_id`` (the tenant) and every timestamp is aware UTC.
+
+Facts are bi-temporal:
+
+* event timeline T: ``valid_at`` / ``invalid_at`` -- when the fact held in the world (``None`` = unknown / open);
+* transaction timeline T': ``created_at`` / ``expired_at`` -- when the memory recorded the fact, and when it learnt
+  that the fact had ended (an invalidation sets ``invalid_at`` and ``expired_at`` together). Nothing is deleted.
+
+Records are frozen; change one with :func:`dataclasses.replace` and put it back through the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from tkg.errors import ValidationError
+from tkg.timeutil import to_utc
+
+Vector: TypeAlias = npt.NDArray[np.float32]
+
+_GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+_RELATION_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,99}$")
+
+
+class Kind(StrEnum):
+    """The kinds of record a store holds."""
+
+    EPISODE = "episode"
+    ENTITY = "entity"
+    FACT = "fact"
+    COMMUNITY = "community"
+    MENTION = "mention"
+    MEMBERSHIP = "membership"
+
+
+class EpisodeSource(StrEnum):
+    """What an episode's content is: a chat message ("Speaker: text"), free text, or a JSON document."""
+
+    MESSAGE = "message"
+    TEXT = "text"
+    JSON = "json"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def check_group_id(group_id: object) -> str:
+    if not isinstance(group_id, str) or not _GROUP_RE.match(group_id):
+        raise ValidationError(
+            f"group_id {group_id!r} is invalid: use 1-128 characters from letters, digits and _ . : - "
+            "(starting with a letter or digit)"
+        )
+    return group_id
+
+
+def check_id(value: object, what: str = "id") -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise ValidationError(f"{what} {value!r} is invalid: use 1-128 characters from letters, digits and _ . : -")
+    return value
+
+
+def check_relation(name: object) -> str:
+    if not isinstance(name, str) or not _RELATION_RE.match(name):
+        raise ValidationError(f"relation {name!r} must be SCREAMING_SNAKE_CASE, e.g. WORKS_AT")
+    return name
+
+
+def relation_name(text: str) -> str:
+    """Turn free text such as ``"works at"`` into a relation name (``WORKS_AT``)."""
+    name = re.sub(r"[^A-Za-z0-9]+", "_", text.strip()).strip("_").upper()
+    if not name:
+        return "RELATES_TO"
+    if not name[0].isalpha():
+        name = "R_" + name
+    return name[:100]
+
+
+def _vec_eq(a: Vector | None, b: Vector | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+class _Record:
+    """Shared behaviour of records: value equality that understands numpy vectors, and validation helpers."""
+
+    kind: ClassVar[Kind]
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if not _vec_eq(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _check_common(self) -> None:
+        check_id(self.id, f"{self.kind} id")  # type: ignore[attr-defined]
+        check_group_id(self.group_id)  # type: ignore[attr-defined]
+        self._set("created_at", to_utc(self.created_at, "created_at"))  # type: ignore[attr-defined]
+
+    def _check_vector(self, name: str) -> None:
+        value = getattr(self, name)
+        if value is None:
+            return
+        arr = np.asarray(value, dtype=np.float32)
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValidationError(f"{self.kind}.{name} must be a 1-d vector")
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        self._set(name, arr)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Episode(_Record):
+    """A raw input, stored verbatim: the ground truth that entities and facts are derived from."""
+
+    kind: ClassVar[Kind] = Kind.EPISODE
+    id: str
+    group_id: str
+    content: str
+    source: EpisodeSource
+    reference_time: datetime
+    created_at: datetime
+    source_description: str = ""
+    name: str = ""
+    embedding: Vector | None = None
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        self._set("source", EpisodeSource(self.source))
+        self._set("reference_time", to_utc(self.reference_time, "reference_time"))
+        self._check_vector("embedding")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Entity(_Record):
+    """A thing the episodes talk about: a person, place, organisation, concept."""
+
+    kind: ClassVar[Kind] = Kind.ENTITY
+    id: str
+    group_id: str
+    name: str
+    created_at: datetime
+    summary: str = ""
+    labels: tuple[str, ...] = ("Entity",)
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    name_embedding: Vector | None = None
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValidationError("entity name must be a non-empty string")
+        self._set("labels", tuple(self.labels))
+        self._set("aliases", tuple(self.aliases))
+        self._set("attributes", dict(self.attributes))
+        self._check_vector("name_embedding")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Fact(_Record):
+    """An entity edge: a relation between two entities, with its sentence and both timelines."""
+
+    kind: ClassVar[Kind] = Kind.FACT
+    id: str
+    group_id: str
+    source_id: str
+    target_id: str
+    relation: str
+    fact: str
+    created_at: datetime
+    valid_at: datetime | None = None
+    invalid_at: datetime | None = None
+    expired_at: datetime | None = None
+    episodes: tuple[str, ...] = ()
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    embedding: Vector | None = None
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        check_relation(self.relation)
+        if not isinstance(self.fact, str) or not self.fact.strip():
+            raise ValidationError("fact text must be a non-empty string")
+        for name in ("valid_at", "invalid_at", "expired_at"):
+            value = getattr(self, name)
+            if value is not None:
+                self._set(name, to_utc(value, name))
+        if self.valid_at is not None and self.invalid_at is not None and self.invalid_at < self.valid_at:
+            from tkg.errors import TimestampError
+
+            raise TimestampError(
+                f"fact {self.fact!r}: invalid_at {self.invalid_at.isoformat()} is before valid_at "
+                f"{self.valid_at.isoformat()}"
+            )
+        if self.expired_at is not None and self.expired_at < self.created_at:
+            from tkg.errors import TimestampError
+
+            raise TimestampError(f"fact {self.fact!r}: expired_at is before created_at")
+        self._set("episodes", tuple(self.episodes))
+        self._set("attributes", dict(self.attributes))
+        self._check_vector("embedding")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Community(_Record):
+    """A cluster of strongly connected entities, with a summary."""
+
+    kind: ClassVar[Kind] = Kind.COMMUNITY
+    id: str
+    group_id: str
+    name: str
+    created_at: datetime
+    summary: str = ""
+    name_embedding: Vector | None = None
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        self._check_vector("name_embedding")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Mention(_Record):
+    """Episode -> entity: the episode names the entity. Its id is derived from its two ends."""
+
+    kind: ClassVar[Kind] = Kind.MENTION
+    episode_id: str
+    entity_id: str
+    group_id: str
+    created_at: datetime
+
+    @property
+    def id(self) -> str:
+        return f"{self.episode_id}>{self.entity_id}"
+
+    def __post_init__(self) -> None:
+        check_group_id(self.group_id)
+        self._set("created_at", to_utc(self.created_at, "created_at"))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Membership(_Record):
+    """Community -> entity: the entity belongs to the community. Its id is derived from its two ends."""
+
+    kind: ClassVar[Kind] = Kind.MEMBERSHIP
+    community_id: str
+    entity_id: str
+    group_id: str
+    created_at: datetime
+
+    @property
+    def id(self) -> str:
+        return f"{self.community_id}>{self.entity_id}"
+
+    def __post_init__(self) -> None:
+        check_group_id(self.group_id)
+        self._set("created_at", to_utc(self.created_at, "created_at"))
+
+
+Record: TypeAlias = Episode | Entity | Fact | Community | Mention | Membership
+
+RECORD_TYPES: dict[Kind, type[Record]] = {
+    Kind.EPISODE: Episode,
+    Kind.ENTITY: Entity,
+    Kind.FACT: Fact,
+    Kind.COMMUNITY: Community,
+    Kind.MENTION: Mention,
+    Kind.MEMBERSHIP: Membership,
+}
+
+# Which field of each kind holds the vector that cosine search runs over.
+VECTOR_FIELD: dict[Kind, str] = {
+    Kind.EPISODE: "embedding",
+    Kind.ENTITY: "name_embedding",
+    Kind.FACT: "embedding",
+    Kind.COMMUNITY: "name_embedding",
+}
+
+
+def search_text(record: Record) -> str:
+    """The text that full-text (BM25) search indexes for a record."""
+    if isinstance(record, Fact):
+        return f"{record.relation.replace('_', ' ').lower()} {record.fact}"
+    if isinstance(record, Entity):
+        return " ".join((record.name, *record.aliases, record.summary))
+    if isinstance(record, Episode):
+        return record.content
+    if isinstance(record, Community):
+        return f"{record.name} {record.summary}"
+    return ""
+
+
+def vector_of(record: Record) -> Vector | None:
+    name = VECTOR_FIELD.get(record.kind)
+    return None if name is None else getattr(record, name)
