@@ -150,7 +150,7 @@ class Episode(_Record):
     created_at: datetime
     source_description: str = ""
     name: str = ""
-    embedding: Vector | None = None
+    embedding: Vector | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -172,7 +172,7 @@ class Entity(_Record):
     labels: tuple[str, ...] = ("Entity",)
     attributes: Mapping[str, Any] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
-    name_embedding: Vector | None = None
+    name_embedding: Vector | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -201,7 +201,7 @@ class Fact(_Record):
     expired_at: datetime | None = None
     episodes: tuple[str, ...] = ()
     attributes: Mapping[str, Any] = field(default_factory=dict)
-    embedding: Vector | None = None
+    embedding: Vector | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -238,7 +238,7 @@ class Community(_Record):
     name: str
     created_at: datetime
     summary: str = ""
-    name_embedding: Vector | None = None
+    name_embedding: Vector | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check_common()

@@ -1,0 +1,59 @@
+"""Growable numpy columns: amortised O(1) appends, views for vectorised filtering."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+
+class Column:
+    """A 1-d numpy array that grows by doubling; ``view()`` is the filled prefix."""
+
+    __slots__ = ("_data", "_fill", "size")
+
+    def __init__(self, dtype: npt.DTypeLike, fill: object = 0, capacity: int = 1024) -> None:
+        self._fill = fill
+        self._data = np.full(capacity, fill, dtype=dtype)
+        self.size = 0
+
+    def ensure(self, size: int) -> None:
+        if size > len(self._data):
+            grown = np.full(max(size, 2 * len(self._data)), self._fill, dtype=self._data.dtype)
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+        self.size = max(self.size, size)
+
+    def __setitem__(self, index: int, value: object) -> None:
+        self._data[index] = value
+
+    def __getitem__(self, index: int) -> object:
+        return self._data[index]
+
+    def view(self) -> npt.NDArray:  # type: ignore[type-arg]
+        return self._data[: self.size]
+
+
+class Matrix:
+    """A 2-d float32 array of rows that grows by doubling."""
+
+    __slots__ = ("_data", "size")
+
+    def __init__(self, dim: int, capacity: int = 1024) -> None:
+        self._data = np.zeros((capacity, dim), dtype=np.float32)
+        self.size = 0
+
+    def ensure(self, size: int) -> None:
+        if size > len(self._data):
+            grown = np.zeros((max(size, 2 * len(self._data)), self._data.shape[1]), dtype=np.float32)
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+        self.size = max(self.size, size)
+
+    def __setitem__(self, index: int, value: npt.NDArray[np.float32]) -> None:
+        self._data[index] = value
+
+    def rows(self, index: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        return self._data[index]
+
+    def view(self) -> npt.NDArray[np.float32]:
+        return self._data[: self.size]
