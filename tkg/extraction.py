@@ -49,6 +49,7 @@ class GraphBuilder:
         self.languages = languages
         self.plan = GraphPlan()
         self._by_name: dict[str, str] = {}  # normalised name -> entity id
+        self._mentioned: set[str] = set()
 
     # -- entities -------------------------------------------------------------------------------------------
     def entity(self, name: str, label: str = "Entity", summary: str = "") -> str:
@@ -78,9 +79,9 @@ class GraphBuilder:
             self.plan.entities[entity.id] = entity
             self.plan.fresh_entities.append(entity.id)
             self._by_name[key] = entity.id
-        self.plan.mentions.append(
-            Mention(self.episode.id, entity.id, self.episode.group_id, self.now)
-        ) if entity.id not in {m.entity_id for m in self.plan.mentions} else None
+        if entity.id not in self._mentioned:
+            self._mentioned.add(entity.id)
+            self.plan.mentions.append(Mention(self.episode.id, entity.id, self.episode.group_id, self.now))
         return entity.id
 
     def _merge(self, entity_id: str, label: str, summary: str) -> None:
@@ -156,9 +157,9 @@ class GraphBuilder:
     def add_extraction(self, extraction: GraphExtraction, speaker: str | None) -> None:
         if speaker:
             self.entity(speaker, "Person")
-        for item in extraction.entities:
-            if item.name.strip():
-                self.entity(item.name, item.label, item.summary)
+        for named in extraction.entities:
+            if named.name.strip():
+                self.entity(named.name, named.label, named.summary)
         reference = self.episode.reference_time
         for item in extraction.facts:
             if not item.source.strip() or not item.target.strip() or not item.fact.strip():

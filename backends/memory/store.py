@@ -94,7 +94,9 @@ class _Table:
         mask &= self.created.view() <= tx
         if self.kind is Kind.FACT and scope.as_of is not None:
             at = to_micros(scope.as_of)
-            invalid = np.where(self.expired.view() > tx, _MAX, self.invalid.view())
+            expired = self.expired.view()
+            # An invalidation learnt after known_at is not yet known then (expired_at None is stored as _MAX).
+            invalid = np.where((expired > tx) & (expired != _MAX), _MAX, self.invalid.view())
             mask &= (self.valid.view() <= at) & (at < invalid)
         elif self.kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
             mask &= self.valid.view() <= to_micros(scope.as_of)

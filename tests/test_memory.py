@@ -1,0 +1,260 @@
+"""The thin slice end to end through Memory, and bad input that must leave memory unchanged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from tkg import (
+    EmbeddingError,
+    EpisodeError,
+    FactInput,
+    FixedClock,
+    HashEmbedder,
+    Kind,
+    LLMError,
+    Memory,
+    ScriptedLLM,
+    TimestampError,
+    UnknownGroupError,
+    ValidationError,
+)
+from tkg.llm.base import Prompt
+
+
+def snapshot_of(memory: Memory) -> dict[str, list]:
+    return {kind.value: list(memory.store.scan(kind)) for kind in Kind}
+
+
+def extraction(prompt: Prompt, model):  # a scripted "LLM" that reads the structured inputs
+    speaker = prompt.inputs["speaker"]
+    words = [w.strip(".,!?") for w in prompt.inputs["content"].split(":", 1)[-1].split()]
+    names = [w for w in words if w[:1].isupper() and w != "I"]
+    return {
+        "entities": [{"name": n} for n in names],
+        "facts": [
+            {
+                "source": speaker,
+                "target": n,
+                "relation": "MENTIONS",
+                "fact": f"{speaker} talked about {n}",
+                "valid_from": "last week" if "week" in prompt.inputs["content"] else None,
+            }
+            for n in names
+        ],
+    }
+
+
+@pytest.fixture
+def memory() -> Memory:
+    return Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=ScriptedLLM(handler=extraction),
+        clock=FixedClock("2024-06-01T12:00:00Z"),
+    )
+
+
+def test_episode_to_graph_to_search_to_context(memory):
+    result = memory.add_episode(
+        "Alice: I started at Acme in Berlin last week.", group_id="team", reference_time="2024-05-20T09:00:00Z"
+    )
+    assert result.usage.calls == 1 and result.usage.prompt_chars > 0
+    assert {e.name for e in result.entities} == {"Alice", "Acme", "Berlin"}
+    assert all(f.valid_at == datetime(2024, 5, 13, tzinfo=UTC) for f in result.facts)  # "last week"
+    assert all(f.created_at == datetime(2024, 6, 1, 12, tzinfo=UTC) for f in result.facts)
+    assert {m.entity_id for m in memory.episode_mentions(result.episode.id)} == {e.id for e in result.entities}
+
+    second = memory.add_episode("alice: Acme is great.", group_id="team", reference_time="2024-05-21T09:00:00Z")
+    # exact normalised names resolve to the same entities, no duplicates
+    assert memory.store.count(Kind.ENTITY) == 3
+    assert {e.id for e in second.entities} <= {e.id for e in result.entities}
+    assert "EARLIER EPISODES" in memory.llm.calls[1].user and "Berlin" in memory.llm.calls[1].user  # context
+
+    found = memory.search("Acme Berlin", group_ids=["team"])
+    assert found.facts and found.entities and found.episodes
+    assert memory.search("started in Berlin", group_ids=["team"]).episodes[0].record.content.startswith("Alice: I st")
+    text = memory.context("where does Alice work?", group_ids=["team"])
+    assert "Alice talked about Acme (2024-05-13 00:00 UTC - present)" in text
+    assert "<ENTITIES>" in text
+
+
+def test_identical_fact_is_reused_with_provenance(memory):
+    first = memory.add_facts([FactInput("Ann", "LIKES", "Tea")], group_id="g")
+    second = memory.add_facts([FactInput("ann", "LIKES", "tea", fact="Ann likes tea")], group_id="g")
+    assert memory.store.count(Kind.FACT) == 1
+    assert second.facts[0].episodes == (first.episode.id, second.episode.id)
+
+
+def test_structured_facts_without_llm_and_time_travel():
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"))
+    memory.add_facts(
+        [
+            {
+                "subject": "Alice",
+                "relation": "works at",
+                "object": "Acme",
+                "valid_at": "2019-01-01T00:00:00Z",
+                "invalid_at": "2023-01-01T00:00:00Z",
+            },
+            {"subject": "Alice", "relation": "WORKS_AT", "object": "Globex", "valid_at": "2023-01-01T00:00:00Z"},
+        ],
+        group_id="g",
+    )
+    now = {s.record.fact for s in memory.search("Alice works", group_ids="g").facts}
+    then = {s.record.fact for s in memory.search("Alice works", group_ids="g", as_of="2021-06-01T00:00:00Z").facts}
+    both = {s.record.fact for s in memory.search("Alice works", group_ids="g", include_invalidated=True).facts}
+    assert now == {"Alice works at Globex"} and then == {"Alice works at Acme"} and len(both) == 2
+    before = memory.search("Alice", group_ids="g", known_at="2024-05-01T00:00:00Z")
+    assert before.facts == [] and before.entities == []  # nothing was recorded yet
+    alice = memory.store.entities_by_name("g", ["alice"])["alice"][0]
+    assert [f.fact for f in memory.facts_about(alice.id)] == ["Alice works at Acme", "Alice works at Globex"]
+
+
+def test_message_without_llm_keeps_episode_and_speaker():
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"))
+    result = memory.add_episode("Bob: the deploy is on Friday", group_id="g")
+    assert [e.name for e in result.entities] == ["Bob"] and result.facts == []
+    assert memory.search("deploy friday", group_ids="g").episodes[0].record.id == result.episode.id
+
+
+def test_json_episode_is_kept_verbatim(memory):
+    memory.llm.push({"entities": [], "facts": []})
+    result = memory.add_episode({"order": 17, "item": "Widget"}, source="json", group_id="g")
+    assert result.episode.content == '{"item": "Widget", "order": 17}'
+    with pytest.raises(EpisodeError, match="not valid JSON"):
+        memory.add_episode("{broken", source="json", group_id="g")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"content": ""}, EpisodeError, "empty"),
+        ({"content": "   \n\t "}, EpisodeError, "empty"),
+        ({"content": "x" * 1_048_576}, EpisodeError, "split it"),
+        ({"content": "Ann: hi", "reference_time": datetime(2024, 1, 1)}, TimestampError, "naive"),
+        ({"content": "Ann: hi", "reference_time": "2024-02-30T00:00:00Z"}, TimestampError, "ISO-8601"),
+        ({"content": "Ann: hi", "reference_time": "yesterday-ish"}, TimestampError, "ISO-8601"),
+        ({"content": "Ann: hi", "source": "email"}, EpisodeError, "unknown"),
+        ({"content": "Ann: hi", "group_id": "bad group!"}, ValidationError, "group_id"),
+        ({"content": 42}, EpisodeError, "must be a string"),
+    ],
+)
+def test_bad_episodes_are_refused_and_change_nothing(memory, kwargs, error, match):
+    memory.add_episode("Ann: hello Bob", group_id="g")
+    before = snapshot_of(memory)
+    calls = len(memory.llm.calls)
+    with pytest.raises(error, match=match):
+        memory.add_episode(**{"group_id": "g", **kwargs})
+    assert snapshot_of(memory) == before
+    assert len(memory.llm.calls) == calls  # refused before spending an LLM call
+
+
+def test_bad_facts_are_refused(memory):
+    before = snapshot_of(memory)
+    with pytest.raises(TimestampError, match="naive"):
+        memory.add_facts([FactInput("A", "KNOWS", "B", valid_at=datetime(2020, 1, 1))], group_id="g")
+    with pytest.raises(ValidationError, match="before valid_at"):
+        memory.add_facts(
+            [FactInput("A", "KNOWS", "B", valid_at="2021-01-01T00:00:00Z", invalid_at="2020-01-01T00:00:00Z")],
+            group_id="g",
+        )
+    with pytest.raises(ValidationError, match="empty"):
+        memory.add_facts([FactInput("A", " ", "B")], group_id="g")
+    with pytest.raises(ValidationError):
+        memory.add_facts([{"subject": "A"}], group_id="g")
+    with pytest.raises(ValidationError):
+        memory.add_facts([], group_id="g")
+    assert snapshot_of(memory) == before
+
+
+class BrokenEmbedder(HashEmbedder):
+    def __init__(self, how: str) -> None:
+        super().__init__(dim=64)
+        self.how = how
+
+    def embed(self, texts):
+        out = super().embed(texts)
+        if self.how == "nan":
+            out[-1, 0] = np.nan
+            return out
+        return out[:, :10]
+
+
+@pytest.mark.parametrize("how", ["nan", "dim"])
+def test_bad_embeddings_are_refused_and_change_nothing(how):
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"))
+    memory.add_facts([FactInput("A", "KNOWS", "B")], group_id="g")
+    before = snapshot_of(memory)
+    memory.embedder = BrokenEmbedder(how)
+    with pytest.raises(EmbeddingError):
+        memory.add_facts([FactInput("C", "KNOWS", "D")], group_id="g")
+    with pytest.raises(EmbeddingError):
+        memory.search("anything", group_ids="g")
+    assert snapshot_of(memory) == before
+
+
+def test_llm_failure_leaves_memory_unchanged(memory):
+    memory.add_episode("Ann: hello Bob", group_id="g")
+    before = snapshot_of(memory)
+    memory.llm = ScriptedLLM()  # no answers left: raises LLMError
+    with pytest.raises(LLMError):
+        memory.add_episode("Ann: anything", group_id="g")
+    memory.llm = ScriptedLLM([{"entities": "not a list"}])
+    with pytest.raises(LLMError, match="does not fit"):
+        memory.add_episode("Ann: anything", group_id="g")
+    assert snapshot_of(memory) == before
+
+
+def test_bad_llm_dates_and_names_are_handled_not_dropped(memory):
+    memory.llm = ScriptedLLM(
+        [
+            {
+                "entities": [{"name": "Ann"}],
+                "facts": [
+                    {"source": "Ann", "target": "Zed", "relation": "met", "fact": "Ann met Zed", "valid_from": "blorp"},
+                    {
+                        "source": "Ann",
+                        "target": "Zed",
+                        "relation": "KNOWS",
+                        "fact": "Ann knows Zed",
+                        "valid_from": "2024-01-01",
+                        "valid_until": "2020-01-01",
+                    },
+                ],
+            }
+        ]
+    )
+    result = memory.add_episode("Ann: met Zed", group_id="g", reference_time="2024-03-01T00:00:00Z")
+    assert {e.name for e in result.entities} == {"Ann", "Zed"}  # Zed was not extracted, still created
+    met = next(f for f in result.facts if f.relation == "MET")
+    assert met.valid_at == datetime(2024, 3, 1, tzinfo=UTC)  # unparseable phrase -> episode time, with a warning
+    knows = next(f for f in result.facts if f.relation == "KNOWS")
+    assert knows.invalid_at is None
+    assert len(result.warnings) == 2
+
+
+def test_unknown_group_and_bad_search_arguments(memory):
+    memory.add_episode("Ann: hello Bob", group_id="g")
+    with pytest.raises(UnknownGroupError, match="nobody"):
+        memory.search("hello", group_ids=["nobody"])
+    with pytest.raises(ValidationError):
+        memory.search("  ")
+    with pytest.raises(ValidationError):
+        memory.search("hello", limit=0)
+    with pytest.raises(ValidationError):
+        memory.search("hello", targets=["planets"])
+    with pytest.raises(TimestampError):
+        memory.search("hello", as_of=datetime(2024, 1, 1))
+
+
+def test_context_respects_character_budget(memory):
+    for i in range(20):
+        memory.add_facts(
+            [FactInput(f"Person{i}", "KNOWS", f"Friend{i}", fact=f"Person{i} knows Friend{i} well")], group_id="g"
+        )
+    full = memory.context("knows", group_ids="g", limit=20)
+    short = memory.context("knows", group_ids="g", limit=20, max_chars=300)
+    assert len(short) <= 300 < len(full)
+    assert short.splitlines()[2] == full.splitlines()[2]  # best-first: the top fact survives

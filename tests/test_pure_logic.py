@@ -1,0 +1,130 @@
+"""Pure core logic, no backend: fusion, time phrases, names, the bi-temporal visibility rules, seams."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from tkg import FixedClock, HashEmbedder, ScriptedLLM
+from tkg.errors import LLMError, TimestampError, ValidationError
+from tkg.extraction import speaker_of
+from tkg.llm import GraphExtraction, Prompt
+from tkg.models import Entity, Fact, relation_name
+from tkg.names import normalize_name
+from tkg.ranking import rrf
+from tkg.storage import Hit
+from tkg.temporal import resolve_time
+from tkg.timeline import fact_holds, make_scope
+from tkg.timeutil import from_micros, to_micros, to_utc
+
+REF = datetime(2024, 3, 15, 12, 0, tzinfo=UTC)
+
+
+def test_rrf_sums_reciprocal_ranks_with_constant():
+    fused = rrf([[Hit("a", 0.9), Hit("b", 0.5)], [Hit("b", 3.0), Hit("c", 2.0)]], k=60)
+    assert [h.id for h in fused] == ["b", "a", "c"]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[1].score == pytest.approx(1 / 61)
+    assert rrf([]) == []
+    assert [h.id for h in rrf([[Hit("x", 1)], [Hit("y", 1)]])] == ["x", "y"]  # ties: first seen first
+
+
+@pytest.mark.parametrize(
+    ("phrase", "expected"),
+    [
+        ("two weeks ago", datetime(2024, 3, 1, 12, tzinfo=UTC)),
+        ("in 2019", datetime(2019, 1, 1, tzinfo=UTC)),
+        ("2019", datetime(2019, 1, 1, tzinfo=UTC)),
+        ("2023-05-01", datetime(2023, 5, 1, tzinfo=UTC)),
+        ("now", REF),
+        ("yesterday", datetime(2024, 3, 14, tzinfo=UTC)),
+        ("next Thursday", datetime(2024, 3, 21, tzinfo=UTC)),
+        ("last summer", datetime(2023, 6, 1, tzinfo=UTC)),
+        ("2024-01-02T10:00:00Z", datetime(2024, 1, 2, 10, tzinfo=UTC)),
+        ("not a date at all", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_time_phrases_resolve_against_reference(phrase, expected):
+    assert resolve_time(phrase, REF) == expected
+
+
+def test_timestamps_must_be_aware_and_sane():
+    assert to_utc("2024-01-01T01:00:00+01:00") == datetime(2024, 1, 1, tzinfo=UTC)
+    with pytest.raises(TimestampError, match="naive"):
+        to_utc(datetime(2024, 1, 1))
+    with pytest.raises(TimestampError):
+        to_utc("2024-13-01T00:00:00Z")
+    with pytest.raises(TimestampError):
+        to_utc(12345)  # type: ignore[arg-type]
+    t = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    assert from_micros(to_micros(t)) == t
+
+
+def test_names_relations_speakers():
+    assert normalize_name("  Dr.  ALICE   Smith ") == "dr. alice smith"
+    assert normalize_name("Ｆｕｌｌｗｉｄｔｈ") == "fullwidth"
+    assert relation_name("works at") == "WORKS_AT" and relation_name("!!") == "RELATES_TO"
+    assert relation_name("3 times") == "R_3_TIMES"
+    assert speaker_of("Caroline: hey!") == "Caroline" and speaker_of("no speaker here") is None
+
+
+def _fact(**kw) -> Fact:
+    return Fact(
+        id="f",
+        group_id="g",
+        source_id="a",
+        target_id="b",
+        relation="R",
+        fact="x",
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        **kw,
+    )
+
+
+def test_bitemporal_visibility_rules():
+    d = lambda m: datetime(2024, m, 1, tzinfo=UTC)  # noqa: E731
+    # invalidated in world at March, the memory learnt it in May
+    f = _fact(valid_at=d(1), invalid_at=d(3), expired_at=d(5))
+    assert fact_holds(f, d(2), known_at=d(6))
+    assert not fact_holds(f, d(4), known_at=d(6))
+    assert fact_holds(f, d(4), known_at=d(4))  # in April the memory did not know it had ended
+    # a historical fact recorded with both ends is known closed from the start
+    g = _fact(valid_at=d(1), invalid_at=d(3))
+    assert not fact_holds(g, d(4), known_at=d(1))
+    now = d(7)
+    assert not make_scope(now, ["g"]).admits(f)
+    assert make_scope(now, ["g"], include_invalidated=True).admits(f)
+    assert make_scope(now, ["g"], as_of=d(2)).admits(f)
+    assert not make_scope(now, ["h"], include_invalidated=True).admits(f)
+    assert not make_scope(now, ["g"], known_at=datetime(2023, 12, 1, tzinfo=UTC), include_invalidated=True).admits(f)
+
+
+def test_records_validate_their_fields():
+    with pytest.raises(ValidationError):
+        _fact(valid_at=None).__class__(
+            id="bad id!", group_id="g", source_id="a", target_id="b", relation="R", fact="x", created_at=REF
+        )
+    with pytest.raises(ValidationError, match="SCREAMING"):
+        Fact(id="f", group_id="g", source_id="a", target_id="b", relation="works at", fact="x", created_at=REF)
+    with pytest.raises(TimestampError):
+        _fact(valid_at=REF, invalid_at=REF - timedelta(days=1))
+    with pytest.raises(ValidationError):
+        Entity(id="e", group_id="g", name="  ", created_at=REF)
+
+
+def test_seams_are_deterministic():
+    a, b = HashEmbedder(dim=32), HashEmbedder(dim=32)
+    texts = ["Alice works at Acme", "Bob lives in Paris"]
+    assert np.array_equal(a.embed(texts), b.embed(texts))
+    assert np.allclose(np.linalg.norm(a.embed(texts), axis=1), 1.0)
+    clock = FixedClock("2024-01-01T00:00:00Z", tick=timedelta(seconds=1))
+    assert clock.now() < clock.now()
+    llm = ScriptedLLM(handler=lambda p, m: {"entities": [{"name": p.inputs["who"]}]})
+    out = llm.generate(Prompt("t", "", "", {"who": "Zoe"}), GraphExtraction)
+    assert out.entities[0].name == "Zoe" and llm.calls[0].name == "t"
+    with pytest.raises(LLMError):
+        ScriptedLLM().generate(Prompt("t", "", ""), GraphExtraction)

@@ -1,0 +1,209 @@
+"""Snapshots: exact round trips (property-based), atomic saves, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import os
+import struct
+from datetime import timedelta
+
+import pytest
+from conftest import T0
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tkg import FactInput, FixedClock, HashEmbedder, Memory, ScriptedLLM
+from tkg.backends.memory import InMemoryStore
+from tkg.errors import ConfigurationError, SnapshotError, SnapshotFormatError, SnapshotVersionError
+from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention
+from tkg.snapshot import MAGIC, read, save
+from tkg.storage import WriteBatch
+
+EMB = HashEmbedder(dim=16)
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12).filter(str.strip)
+days = st.integers(-3000, 3000).map(lambda d: T0 + timedelta(days=d, microseconds=d * 7 % 1_000_000))
+maybe_days = st.none() | days
+attributes = st.dictionaries(st.text(max_size=5), st.none() | st.integers(-5, 5) | st.text(max_size=5), max_size=3)
+
+
+@st.composite
+def graphs(draw):
+    n_entities = draw(st.integers(1, 8))
+    groups = ["g", "h"]
+    entities = []
+    for i in range(n_entities):
+        name = draw(names)
+        entities.append(
+            Entity(
+                id=f"e{i}",
+                group_id=groups[i % 2],
+                name=name,
+                created_at=draw(days),
+                summary=draw(st.text(max_size=20)),
+                labels=("Entity", *draw(st.lists(st.sampled_from(["Person", "Place"]), max_size=2, unique=True))),
+                attributes=draw(attributes),
+                aliases=tuple(draw(st.lists(names, max_size=2))),
+                name_embedding=draw(st.none()) if i == 0 else EMB.embed([name])[0],
+            )
+        )
+    episodes = [
+        Episode(
+            id=f"ep{i}",
+            group_id=groups[i % 2],
+            content=draw(names),
+            source=draw(st.sampled_from(["message", "text", "json"])),
+            reference_time=draw(days),
+            created_at=draw(days),
+            source_description=draw(st.text(max_size=8)),
+            embedding=EMB.embed(["x"])[0],
+        )
+        for i in range(draw(st.integers(0, 3)))
+    ]
+    facts = []
+    for i in range(draw(st.integers(0, 10))):
+        a = draw(st.integers(0, n_entities - 1))
+        same_group = [j for j in range(n_entities) if j % 2 == a % 2]
+        b = draw(st.sampled_from(same_group))
+        valid = draw(maybe_days)
+        invalid = None if valid is None else draw(st.none() | st.just(valid + timedelta(days=draw(st.integers(0, 99)))))
+        created = draw(days)
+        expired = draw(st.none() | st.just(created + timedelta(hours=draw(st.integers(0, 99)))))
+        text = draw(names)
+        facts.append(
+            Fact(
+                id=f"f{i}",
+                group_id=groups[a % 2],
+                source_id=f"e{a}",
+                target_id=f"e{b}",
+                relation=draw(st.sampled_from(["KNOWS", "WORKS_AT", "R_2"])),
+                fact=text,
+                created_at=created,
+                valid_at=valid,
+                invalid_at=invalid,
+                expired_at=expired,
+                episodes=tuple(e.id for e in episodes if e.group_id == groups[a % 2]),
+                attributes=draw(attributes),
+                embedding=EMB.embed([text])[0],
+            )
+        )
+    mentions = [
+        Mention(e.id, f"e{j}", e.group_id, T0)
+        for e in episodes
+        for j in range(n_entities)
+        if groups[j % 2] == e.group_id
+    ]
+    community = Community(
+        id="c1", group_id="g", name="core", created_at=T0, summary="s", name_embedding=EMB.embed(["core"])[0]
+    )
+    members = [Membership("c1", f"e{j}", "g", T0) for j in range(0, n_entities, 2)]
+    return [*episodes, *entities, community, *facts, *mentions, *members]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=graphs())
+def test_any_graph_survives_a_round_trip_exactly(tmp_path, records):
+    store = InMemoryStore(dim=16)
+    store.write(WriteBatch(puts=records))
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+    meta, decoded = read(path)
+    restored = InMemoryStore(dim=16)
+    restored.load(decoded)
+    assert meta == {"dim": 16}
+    for kind in Kind:
+        assert list(restored.scan(kind)) == list(store.scan(kind)), kind
+
+
+def _memory(clock_start: str = "2024-05-01T00:00:00Z") -> Memory:
+    return Memory(embedder=HashEmbedder(dim=16), clock=FixedClock(clock_start))
+
+
+def _saved(tmp_path) -> tuple[Memory, os.PathLike[str]]:
+    memory = _memory()
+    memory.add_facts([FactInput("Alice", "WORKS_AT", "Acme"), FactInput("Bob", "LIVES_IN", "Paris")], group_id="g")
+    path = tmp_path / "m.tkg"
+    memory.save(path)
+    return memory, path
+
+
+def test_memory_save_load_round_trip_and_search(tmp_path):
+    memory, path = _saved(tmp_path)
+    loaded = Memory.load(path, embedder=HashEmbedder(dim=16), clock=FixedClock("2024-05-02T00:00:00Z"))
+    assert loaded.stats()["records"] == memory.stats()["records"]
+    assert loaded.search("Alice Acme", group_ids=["g"]).facts[0].record.fact == "Alice works at Acme"
+
+
+@pytest.mark.parametrize(
+    ("mangle", "error"),
+    [
+        (lambda b: b[: len(b) // 2], SnapshotFormatError),  # truncated
+        (lambda b: b[:-1] + bytes([b[-1] ^ 0xFF]), SnapshotFormatError),  # corrupt payload
+        (lambda b: b[:10], SnapshotFormatError),  # truncated header
+        (lambda b: b"PK\x03\x04 a zip file, not ours" + b[30:], SnapshotFormatError),  # foreign
+        (lambda b: b"", SnapshotFormatError),  # empty
+        (lambda b: MAGIC + struct.pack(">H", 99) + b[len(MAGIC) + 2 :], SnapshotVersionError),  # newer format
+    ],
+)
+def test_bad_files_raise_clear_errors_and_change_nothing(tmp_path, mangle, error):
+    memory, path = _saved(tmp_path)
+    bad = tmp_path / "bad.tkg"
+    bad.write_bytes(mangle(path.read_bytes()))
+    before = bad.read_bytes()
+    with pytest.raises(error):
+        Memory.load(bad, embedder=HashEmbedder(dim=16))
+    assert bad.read_bytes() == before
+    assert memory.search("Alice", group_ids=["g"]).facts  # the live memory is untouched
+
+
+def test_missing_file_and_wrong_embedder(tmp_path):
+    _, path = _saved(tmp_path)
+    with pytest.raises(SnapshotError, match="does not exist"):
+        Memory.load(tmp_path / "nope.tkg", embedder=HashEmbedder(dim=16))
+    with pytest.raises(ConfigurationError, match="16-d"):
+        Memory.load(path, embedder=HashEmbedder(dim=32))
+    with pytest.raises(ConfigurationError, match="embedded with"):
+        Memory.load(path, embedder=HashEmbedder(dim=16, trigrams=False))
+    assert Memory.load(path, embedder=HashEmbedder(dim=16, trigrams=False), check_embedder=False)
+
+
+def test_crash_during_save_keeps_previous_snapshot(tmp_path, monkeypatch):
+    memory, path = _saved(tmp_path)
+    before = path.read_bytes()
+    memory.add_facts([FactInput("Carol", "KNOWS", "Dave")], group_id="g")
+
+    def crash(*args, **kwargs):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk on fire"):
+        memory.save(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.tkg"]  # no temp file left behind
+
+
+def test_unserialisable_attribute_fails_before_touching_the_file(tmp_path):
+    memory, path = _saved(tmp_path)
+    before = path.read_bytes()
+    entity = next(iter(memory.store.scan(Kind.ENTITY)))
+    import dataclasses
+
+    memory.store.write(WriteBatch(puts=[dataclasses.replace(entity, attributes={"x": object()})]))
+    with pytest.raises(SnapshotError):
+        memory.save(path)
+    assert path.read_bytes() == before
+
+
+def test_llm_memory_snapshot_keeps_extraction(tmp_path):
+    llm = ScriptedLLM(
+        [
+            {
+                "entities": [{"name": "Max", "label": "Animal"}],
+                "facts": [{"source": "Ann", "target": "Max", "relation": "OWNS", "fact": "Ann owns a dog named Max"}],
+            }
+        ]
+    )
+    memory = Memory(embedder=HashEmbedder(dim=16), llm=llm, clock=FixedClock("2024-05-01T00:00:00Z"))
+    memory.add_episode("Ann: I adopted a dog named Max.", group_id="g")
+    memory.save(tmp_path / "m.tkg")
+    loaded = Memory.load(tmp_path / "m.tkg", embedder=HashEmbedder(dim=16))
+    fact = loaded.search("dog", group_ids=["g"]).facts[0].record
+    assert fact.fact == "Ann owns a dog named Max" and fact.episodes

@@ -1,0 +1,240 @@
+"""The backend conformance suite: what every Store must do, run against every backend (see conftest.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from conftest import T0
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tkg.embedders import HashEmbedder
+from tkg.errors import BackendError, EmbeddingError, ValidationError
+from tkg.models import Entity, Episode, Fact, Kind, Mention
+from tkg.storage import WriteBatch
+from tkg.timeline import make_scope
+
+EMB = HashEmbedder(dim=32)
+DAY = timedelta(days=1)
+
+
+def entity(i: int, group: str = "g", name: str | None = None) -> Entity:
+    name = name or f"Entity{i}"
+    return Entity(id=f"e{i}", group_id=group, name=name, created_at=T0, name_embedding=EMB.embed([name])[0])
+
+
+def fact(i: int, a: int, b: int, text: str, group: str = "g", **times: object) -> Fact:
+    return Fact(
+        id=f"f{i}",
+        group_id=group,
+        source_id=f"e{a}",
+        target_id=f"e{b}",
+        relation="RELATES_TO",
+        fact=text,
+        created_at=times.pop("created_at", T0),  # type: ignore[arg-type]
+        embedding=EMB.embed([text])[0],
+        **times,  # type: ignore[arg-type]
+    )
+
+
+def episode(i: int, t: int = 0, group: str = "g", text: str | None = None) -> Episode:
+    text = text or f"episode number {i}"
+    return Episode(
+        id=f"ep{i}",
+        group_id=group,
+        content=text,
+        source="text",
+        reference_time=T0 + t * DAY,
+        created_at=T0,
+        embedding=EMB.embed([text])[0],
+    )
+
+
+def scope(group: str | None = "g", **kw: object):
+    return make_scope(T0 + 1000 * DAY, None if group is None else [group], **kw)  # type: ignore[arg-type]
+
+
+def test_put_get_scan_count_groups(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1), entity(2), entity(3, group="h"), fact(1, 1, 2, "one knows two")]))
+    assert [e.id for e in store.get(Kind.ENTITY, ["e2", "nope", "e1"]) if e] == ["e2", "e1"]
+    assert store.get(Kind.ENTITY, ["nope"]) == [None]
+    assert [e.id for e in store.scan(Kind.ENTITY)] == ["e1", "e2", "e3"]
+    assert [e.id for e in store.scan(Kind.ENTITY, frozenset({"h"}))] == ["e3"]
+    assert store.count(Kind.ENTITY) == 3 and store.count(Kind.ENTITY, frozenset({"g"})) == 2
+    assert store.groups() == {"g", "h"}
+    assert store.get(Kind.FACT, ["f1"])[0] == fact(1, 1, 2, "one knows two")
+
+
+def test_replace_and_delete_update_every_index(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1, name="Alice"), entity(2, name="Bob"), fact(1, 1, 2, "Alice likes tea")]))
+    changed = dataclasses.replace(
+        store.get(Kind.FACT, ["f1"])[0], fact="Alice likes coffee", embedding=EMB.embed(["Alice likes coffee"])[0]
+    )
+    store.write(WriteBatch(puts=[changed]))
+    sc = scope()
+    assert store.text_search(Kind.FACT, "tea", 5, sc) == []
+    assert [h.id for h in store.text_search(Kind.FACT, "coffee", 5, sc)] == ["f1"]
+    assert store.count(Kind.FACT) == 1
+    store.write(WriteBatch(deletes=[(Kind.FACT, "f1")]))
+    assert store.get(Kind.FACT, ["f1"]) == [None]
+    assert store.text_search(Kind.FACT, "coffee", 5, sc) == []
+    assert store.vector_search(Kind.FACT, EMB.embed(["Alice likes coffee"])[0], 5, sc) == []
+    assert store.facts_of(["e1"]) == []
+    assert store.bfs(["e1"], 3, sc) == {"e1": 0}
+
+
+def test_write_is_all_or_nothing(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1)]))
+    before = list(store.scan(Kind.ENTITY))
+    dangling = fact(1, 1, 99, "points nowhere")
+    with pytest.raises(BackendError):
+        store.write(WriteBatch(puts=[entity(2), dangling]))
+    wrong_dim = dataclasses.replace(entity(3), name_embedding=np.ones(5, dtype=np.float32))
+    with pytest.raises(EmbeddingError):
+        store.write(WriteBatch(puts=[entity(4), wrong_dim]))
+    nan = dataclasses.replace(entity(5), name_embedding=np.full(32, np.nan, dtype=np.float32))
+    with pytest.raises(EmbeddingError):
+        store.write(WriteBatch(puts=[nan]))
+    cross = dataclasses.replace(entity(6), group_id="other")
+    with pytest.raises(BackendError):
+        store.write(WriteBatch(puts=[cross, fact(2, 1, 6, "crosses groups")]))
+    with pytest.raises(ValidationError):
+        store.write(WriteBatch(puts=["not a record"]))  # type: ignore[list-item]
+    assert list(store.scan(Kind.ENTITY)) == before
+    assert store.count(Kind.FACT) == 0 and store.groups() == {"g"}
+
+
+def test_vector_search_is_exact_top_k_and_complete(make_store):
+    # 300 items: most go through the HNSW graph (tail of 8), some stay in the tail; results must equal brute force.
+    store = make_store(32)
+    names = [f"item {i} colour {i % 7} shape {i % 11}" for i in range(300)]
+    store.write(WriteBatch(puts=[entity(i, name=n) for i, n in enumerate(names)]))
+    store.write(WriteBatch(deletes=[(Kind.ENTITY, f"e{i}") for i in range(0, 300, 3)]))
+    vectors = EMB.embed(names)
+    live = [i for i in range(300) if i % 3]
+    for q in ["colour 3 shape 5", "item 7", "shape 10"]:
+        qv = EMB.embed([q])[0]
+        hits = store.vector_search(Kind.ENTITY, qv, 10, scope())
+        truth = sorted(live, key=lambda i: -float(vectors[i] @ qv))[:10]
+        assert len(hits) == 10
+        assert {h.id for h in hits} == {f"e{i}" for i in truth} or np.isclose(
+            hits[-1].score, float(vectors[truth[-1]] @ qv), atol=1e-3
+        )
+        assert all(int(h.id[1:]) % 3 for h in hits)  # never a deleted one
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # asking for more than exist returns all of them, not an error
+    assert len(store.vector_search(Kind.ENTITY, EMB.embed(["x"])[0], 1000, scope())) == len(live)
+
+
+def test_text_search_contract(make_store):
+    store = make_store(32)
+    texts = [f"filler words number {i}" for i in range(40)] + ["the quick brown fox", "a quick dog", "brown bread"]
+    store.write(WriteBatch(puts=[entity(i, name=t) for i, t in enumerate(texts)]))
+    hits = store.text_search(Kind.ENTITY, "quick brown", 10, scope())
+    ids = [h.id for h in hits]
+    # every document with all terms ranks above any with only some; documents with none are absent
+    assert ids[0] == "e40" and set(ids) == {"e40", "e41", "e42"}
+    assert all(h.score > 0 for h in hits)
+    assert store.text_search(Kind.ENTITY, "the of and", 10, scope()) == []  # stop words only
+    assert store.text_search(Kind.ENTITY, "zebra", 10, scope()) == []
+    store.write(WriteBatch(puts=[entity(99, name="quick brown fresh")]))  # found at once (fresh tail)
+    assert "e99" in {h.id for h in store.text_search(Kind.ENTITY, "quick brown", 10, scope())}
+
+
+def test_group_scoping_never_leaks(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1, "g", "Alice"), entity(2, "h", "Alice")]))
+    assert {h.id for h in store.text_search(Kind.ENTITY, "alice", 5, scope("g"))} == {"e1"}
+    assert {h.id for h in store.vector_search(Kind.ENTITY, EMB.embed(["Alice"])[0], 5, scope("h"))} == {"e2"}
+    assert [e.id for e in store.entities_by_name("g", ["  ALICE "])["alice"]] == ["e1"]
+    assert {h.id for h in store.text_search(Kind.ENTITY, "alice", 5, scope(None))} == {"e1", "e2"}
+
+
+@st.composite
+def fact_times(draw):
+    """Random bi-temporal stamps (days from T0), including open ends and invalidations learnt later."""
+    created = draw(st.integers(0, 20))
+    valid = draw(st.none() | st.integers(-10, 20))
+    invalid = draw(st.none() | st.integers(valid if valid is not None else -10, 30))
+    expired = draw(st.none() | st.integers(created, 40)) if invalid is not None else None
+    day = lambda n: None if n is None else T0 + n * DAY  # noqa: E731
+    return {"created_at": day(created), "valid_at": day(valid), "invalid_at": day(invalid), "expired_at": day(expired)}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    times=st.lists(fact_times(), min_size=1, max_size=25),
+    as_of=st.none() | st.integers(-12, 35),
+    known_at=st.none() | st.integers(-1, 45),
+    include_invalidated=st.booleans(),
+)
+def test_time_filters_agree_with_the_pure_definition(make_store, times, as_of, known_at, include_invalidated):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1), entity(2)]))
+    facts = [fact(i, 1, 2, f"alpha fact {i}", **t) for i, t in enumerate(times)]
+    store.write(WriteBatch(puts=facts))
+    sc = make_scope(
+        T0 + 25 * DAY,
+        ["g"],
+        as_of=None if as_of is None else T0 + as_of * DAY,
+        known_at=None if known_at is None else T0 + known_at * DAY,
+        include_invalidated=include_invalidated,
+    )
+    expected = {f.id for f in facts if sc.admits(f)}
+    by_text = {h.id for h in store.text_search(Kind.FACT, "alpha fact", 100, sc)}
+    by_vector = {h.id for h in store.vector_search(Kind.FACT, EMB.embed(["alpha fact"])[0], 100, sc)}
+    assert by_text == expected and by_vector == expected
+    assert {f.id for f in store.facts_of(["e1"], sc)} == expected
+
+
+def test_bfs_hops_respect_scope(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(i) for i in range(6)]))
+    store.write(
+        WriteBatch(
+            puts=[
+                fact(1, 0, 1, "zero one"),
+                fact(2, 2, 1, "two one"),  # reversed direction still connects
+                fact(3, 2, 3, "two three"),
+                fact(4, 3, 4, "ended", valid_at=T0, invalid_at=T0 + DAY, expired_at=T0 + DAY),
+            ]
+        )
+    )
+    assert store.bfs(["e0"], 2, scope()) == {"e0": 0, "e1": 1, "e2": 2}
+    assert store.bfs(["e0"], 5, scope()) == {"e0": 0, "e1": 1, "e2": 2, "e3": 3}
+    assert store.bfs(["e0"], 5, scope(include_invalidated=True))["e4"] == 4
+    assert store.bfs(["missing"], 3, scope()) == {}
+
+
+def test_provenance_mentions_and_timeline(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[episode(1, t=5), episode(2, t=1), episode(3, t=9), entity(1), entity(2)]))
+    f = dataclasses.replace(fact(1, 1, 2, "linked"), episodes=("ep1", "ep3"))
+    store.write(
+        WriteBatch(
+            puts=[f, Mention("ep1", "e1", "g", T0), Mention("ep1", "e2", "g", T0), Mention("ep3", "e1", "g", T0)]
+        )
+    )
+    assert [x.id for x in store.episode_facts("ep3")] == ["f1"]
+    assert store.episode_facts("ep2") == []
+    assert {m.entity_id for m in store.mentions(episode_ids=["ep1"])} == {"e1", "e2"}
+    assert {m.episode_id for m in store.mentions(entity_ids=["e1"])} == {"ep1", "ep3"}
+    assert [e.id for e in store.recent_episodes("g", T0 + 6 * DAY, 5)] == ["ep2", "ep1"]
+    assert [e.id for e in store.recent_episodes("g", T0 + 30 * DAY, 2)] == ["ep1", "ep3"]
+    with pytest.raises(BackendError):
+        store.write(WriteBatch(puts=[Mention("ep404", "e1", "g", T0)]))
+    store.write(WriteBatch(deletes=[(Kind.EPISODE, "ep2")]))
+    assert [e.id for e in store.recent_episodes("g", T0 + 6 * DAY, 5)] == ["ep1"]
+
+
+def test_episode_as_of_hides_later_episodes(make_store):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[episode(1, t=1, text="lunch with Ann"), episode(2, t=10, text="lunch with Bo")]))
+    hits = store.text_search(Kind.EPISODE, "lunch", 5, scope(as_of=T0 + 5 * DAY))
+    assert [h.id for h in hits] == ["ep1"]
