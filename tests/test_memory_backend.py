@@ -19,8 +19,18 @@ def test_entity_graph_is_weighted_by_admitted_facts():
     facts = [
         Fact(id="f1", group_id="g", source_id="e0", target_id="e1", relation="R", fact="a", created_at=T0),
         Fact(id="f2", group_id="g", source_id="e1", target_id="e0", relation="R", fact="b", created_at=T0),
-        Fact(id="f3", group_id="g", source_id="e2", target_id="e3", relation="R", fact="c", created_at=T0,
-             valid_at=T0, invalid_at=T0, expired_at=T0),
+        Fact(
+            id="f3",
+            group_id="g",
+            source_id="e2",
+            target_id="e3",
+            relation="R",
+            fact="c",
+            created_at=T0,
+            valid_at=T0,
+            invalid_at=T0,
+            expired_at=T0,
+        ),
     ]
     store.write(WriteBatch(puts=facts))
     graph, ids = store.entity_graph("g", make_scope(T0, ["g"]))
@@ -34,11 +44,20 @@ def test_many_writes_keep_search_complete_across_index_rebuilds():
     for index in store._texts.values():
         index._min_rebuild = 50
     for batch in range(10):
-        store.write(WriteBatch(puts=[
-            Entity(id=f"e{batch}_{i}", group_id="g", name=f"common word{batch} item{i}", created_at=T0,
-                   name_embedding=EMB.embed([f"common word{batch} item{i}"])[0])
-            for i in range(40)
-        ]))
+        store.write(
+            WriteBatch(
+                puts=[
+                    Entity(
+                        id=f"e{batch}_{i}",
+                        group_id="g",
+                        name=f"common word{batch} item{i}",
+                        created_at=T0,
+                        name_embedding=EMB.embed([f"common word{batch} item{i}"])[0],
+                    )
+                    for i in range(40)
+                ]
+            )
+        )
     scope = make_scope(T0, ["g"])
     assert len(store.text_search(Kind.ENTITY, "common", 1000, scope)) == 400
     assert len(store.vector_search(Kind.ENTITY, EMB.embed(["common"])[0], 1000, scope)) == 400
