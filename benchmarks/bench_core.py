@@ -173,8 +173,15 @@ VERBS = [
 TIME_PHRASE = re.compile(r"\b(last week|two months ago|in \d{4}|last summer|today|yesterday|now)\b")
 CAPITALISED = re.compile(r"[A-Z][\w.'-]*(?:\s+[A-Z][\w.'-]*)*")
 NOT_ENTITIES = {"I", "My", "We", "Our"}
-PREP_LABEL = {"with": "Person", "and": "Person", "met": "Person", "in": "Place", "to": "Place", "at": "Organization",
-              "joined": "Organization"}
+PREP_LABEL = {
+    "with": "Person",
+    "and": "Person",
+    "met": "Person",
+    "in": "Place",
+    "to": "Place",
+    "at": "Organization",
+    "joined": "Organization",
+}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -499,7 +506,7 @@ def summarise(values_s: Sequence[float]) -> dict[str, float]:
         "p95": float(np.percentile(ms, 95)),
         "mean": float(ms.mean()),
         "max": float(ms.max()),
-        "n": int(len(ms)),
+        "n": len(ms),
     }
 
 
@@ -619,14 +626,18 @@ def bench_size(n_facts: int, args: argparse.Namespace) -> dict[str, Any]:
     assert isinstance(llm, tkg.ScriptedLLM)
 
     # 2. add_episode
-    texts = episode_texts(rng, vocab, args.warmup + args.episodes + (args.profile_calls if "add" in args.profile else 0))
+    texts = episode_texts(
+        rng, vocab, args.warmup + args.episodes + (args.profile_calls if "add" in args.profile else 0)
+    )
     gc.collect()
     run_add_episodes(bench, texts[: args.warmup])
     result["add_episode"] = run_add_episodes(bench, texts[args.warmup : args.warmup + args.episodes])
     llm.calls.clear()
 
     # 3. search
-    queries = query_texts(rng, vocab, args.warmup + args.queries + (args.profile_calls if "search" in args.profile else 0))
+    queries = query_texts(
+        rng, vocab, args.warmup + args.queries + (args.profile_calls if "search" in args.profile else 0)
+    )
     gc.collect()
     run_searches(bench, queries[: args.warmup])
     result["search"] = run_searches(bench, queries[args.warmup : args.warmup + args.queries])
@@ -657,11 +668,13 @@ def bench_size(n_facts: int, args: argparse.Namespace) -> dict[str, Any]:
         if "add" in args.profile:
             rest = texts[args.warmup + args.episodes :]
             profiles["add_episode"] = profile(
-                f"add_episode at N={n_facts:,}", lambda: run_add_episodes(bench, rest), len(rest)
+                f"add_episode at N={n_facts:,}", lambda b=bench: run_add_episodes(b, rest), len(rest)
             )
         if "search" in args.profile:
             rest_q = queries[args.warmup + args.queries :]
-            profiles["search"] = profile(f"search at N={n_facts:,}", lambda: run_searches(bench, rest_q), len(rest_q))
+            profiles["search"] = profile(
+                f"search at N={n_facts:,}", lambda b=bench: run_searches(b, rest_q), len(rest_q)
+            )
     result["profiles"] = profiles
 
     # 5. memory
@@ -727,7 +740,9 @@ def machine() -> dict[str, Any]:
     return {
         "load_average": load,
         "others_cpu_busy_at_start": others_cpu_busy(),
-        "blas_threads_env": {v: os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+        "blas_threads_env": {
+            v: os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+        },
         "cpu_count": os.cpu_count(),
         "cpus_usable": affinity,
         "processor": platform.processor() or platform.machine(),
@@ -759,8 +774,10 @@ def print_report(info: dict[str, Any], results: list[dict[str, Any]], args: argp
     row("graph size N (facts)", [f"{n:,}" for n in sizes])
     print("  " + "-" * (44 + width * len(sizes)))
     print("  build (no add_episode; InMemoryStore.load)")
-    row("records: entities / episodes", [f"{r['build']['counts']['entities']:,}/{r['build']['counts']['episodes']:,}"
-                                         for r in results])
+    row(
+        "records: entities / episodes",
+        [f"{r['build']['counts']['entities']:,}/{r['build']['counts']['episodes']:,}" for r in results],
+    )
     row("plan text (s)", num(["build", "plan_s"]))
     row("embed texts (s)", num(["build", "embed_s"]))
     row("construct records (s)", num(["build", "records_s"]))
@@ -769,10 +786,14 @@ def print_report(info: dict[str, Any], results: list[dict[str, Any]], args: argp
     print(f"  add_episode ({args.episodes} episodes, after {args.warmup} warm-up)")
     for key in ("p50", "p95", "mean", "max"):
         row(f"engine {key} (ms)", num(["add_episode", "engine_ms", key]))
-    row("wall p50 / p95 (ms)", [f"{r['add_episode']['wall_ms']['p50']:.2f}/{r['add_episode']['wall_ms']['p95']:.2f}"
-                                for r in results])
-    row("embedder p50 / mean (ms)",
-        [f"{r['add_episode']['embed_ms']['p50']:.2f}/{r['add_episode']['embed_ms']['mean']:.2f}" for r in results])
+    row(
+        "wall p50 / p95 (ms)",
+        [f"{r['add_episode']['wall_ms']['p50']:.2f}/{r['add_episode']['wall_ms']['p95']:.2f}" for r in results],
+    )
+    row(
+        "embedder p50 / mean (ms)",
+        [f"{r['add_episode']['embed_ms']['p50']:.2f}/{r['add_episode']['embed_ms']['mean']:.2f}" for r in results],
+    )
     row("scripted-LLM handler mean (ms)", num(["add_episode", "llm_handler_ms", "mean"]))
     row("LLM calls per episode", num(["add_episode", "llm_calls_per_episode"]))
     row("prompt chars per episode", num(["add_episode", "prompt_chars_per_episode"], "{:,.0f}"))
@@ -791,12 +812,22 @@ def print_report(info: dict[str, Any], results: list[dict[str, Any]], args: argp
     row("current RSS at end of size (MiB)", num(["rss_mb", "current"], "{:,.0f}"))
     print()
     print("  targets (set for N = 10,000 and 100,000)")
-    row("add_episode engine p50 < 5 ms",
-        [f"{r['targets']['add_episode_engine_p50_ms']['value']:.2f} "
-         f"{'PASS' if r['targets']['add_episode_engine_p50_ms']['pass'] else 'MISS'}" for r in results])
-    row("search p95 < 5 ms",
-        [f"{r['targets']['search_p95_ms']['value']:.2f} {'PASS' if r['targets']['search_p95_ms']['pass'] else 'MISS'}"
-         for r in results])
+    row(
+        "add_episode engine p50 < 5 ms",
+        [
+            f"{r['targets']['add_episode_engine_p50_ms']['value']:.2f} "
+            f"{'PASS' if r['targets']['add_episode_engine_p50_ms']['pass'] else 'MISS'}"
+            for r in results
+        ],
+    )
+    row(
+        "search p95 < 5 ms",
+        [
+            f"{r['targets']['search_p95_ms']['value']:.2f} "
+            f"{'PASS' if r['targets']['search_p95_ms']['pass'] else 'MISS'}"
+            for r in results
+        ],
+    )
     print()
     for r in results:
         for text in r.get("profiles", {}).values():
@@ -804,7 +835,9 @@ def print_report(info: dict[str, Any], results: list[dict[str, Any]], args: argp
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--sizes", default="10000,100000", help="graph sizes in facts, comma-separated")
     parser.add_argument("--episodes", type=int, default=200, help="measured add_episode calls per size")
     parser.add_argument("--queries", type=int, default=200, help="measured searches per size")
