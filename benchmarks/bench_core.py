@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import io
 import json
@@ -338,7 +339,7 @@ def _embed_all(embedder: tkg.Embedder, texts: list[str]) -> np.ndarray:
 
 def build_records(n_facts: int, rng: random.Random, embedder: tkg.Embedder) -> tuple[list[Record], Vocabulary, dict]:
     """Entities, facts, episodes and mentions of a base graph of ``n_facts`` facts, with vectors."""
-    timings: dict[str, float] = {}
+    timings: dict[str, Any] = {}
     t0 = time.perf_counter()
     vocab = make_vocabulary(rng, max(30, n_facts // 3))
     kinds = {"person": vocab.people, "org": vocab.orgs, "place": vocab.places}
@@ -574,7 +575,7 @@ def run_searches(bench: Bench, queries: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def profile(label: str, fn: Callable[[], None], calls: int, top: int = 25) -> str:
+def profile(label: str, fn: Callable[[], object], calls: int, top: int = 25) -> str:
     profiler = cProfile.Profile()
     start = time.perf_counter()
     profiler.enable()
@@ -668,12 +669,12 @@ def bench_size(n_facts: int, args: argparse.Namespace) -> dict[str, Any]:
         if "add" in args.profile:
             rest = texts[args.warmup + args.episodes :]
             profiles["add_episode"] = profile(
-                f"add_episode at N={n_facts:,}", lambda b=bench: run_add_episodes(b, rest), len(rest)
+                f"add_episode at N={n_facts:,}", functools.partial(run_add_episodes, bench, rest), len(rest)
             )
         if "search" in args.profile:
             rest_q = queries[args.warmup + args.queries :]
             profiles["search"] = profile(
-                f"search at N={n_facts:,}", lambda b=bench: run_searches(b, rest_q), len(rest_q)
+                f"search at N={n_facts:,}", functools.partial(run_searches, bench, rest_q), len(rest_q)
             )
     result["profiles"] = profiles
 
@@ -720,11 +721,9 @@ def others_cpu_busy(seconds: float = 0.5) -> float | None:
 
 def machine() -> dict[str, Any]:
     try:
-        affinity = len(os.sched_getaffinity(0))
+        affinity: int | None = len(os.sched_getaffinity(0))
     except AttributeError:
         affinity = os.cpu_count()
-    import hnswlib  # noqa: F401  (versions below are informative only)
-
     versions = {}
     for name in ("numpy", "hnswlib", "bm25s", "igraph", "msgpack", "pydantic", "dateparser"):
         try:

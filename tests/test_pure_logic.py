@@ -52,6 +52,11 @@ def test_time_phrases_resolve_against_reference(phrase, expected):
     assert resolve_time(phrase, REF) == expected
 
 
+def test_last_season_said_during_that_season_is_the_previous_years():
+    assert resolve_time("last summer", datetime(2024, 6, 1, 12, tzinfo=UTC)) == datetime(2023, 6, 1, tzinfo=UTC)
+    assert resolve_time("last summer", datetime(2024, 10, 1, tzinfo=UTC)) == datetime(2024, 6, 1, tzinfo=UTC)
+
+
 def test_timestamps_must_be_aware_and_sane():
     assert to_utc("2024-01-01T01:00:00+01:00") == datetime(2024, 1, 1, tzinfo=UTC)
     with pytest.raises(TimestampError, match="naive"):

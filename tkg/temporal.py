@@ -62,7 +62,9 @@ def _season(which: str, season: str, reference: datetime) -> datetime:
     year = reference.year
     start = datetime(year, month, 1, tzinfo=UTC)
     if which == "last":
-        if start >= reference:
+        # "last summer" means a summer that has ended: said in July, it is the previous year's.
+        end = datetime(year + (month + 3 > 12), (month + 3 - 1) % 12 + 1, 1, tzinfo=UTC)
+        if end > reference:
             start = start.replace(year=year - 1)
     elif which == "next" and start <= reference:
         start = start.replace(year=year + 1)
