@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -177,7 +176,3 @@ def embedding_texts(plan: GraphPlan) -> tuple[list[str], list[str]]:
     names = [plan.entities[i].name for i in plan.fresh_entities]
     facts = [plan.facts[i].fact for i in plan.fresh_facts]
     return names, facts
-
-
-def speakers(episodes: Sequence[Episode]) -> list[str]:
-    return [s for e in episodes if (s := speaker_of(e.content))]

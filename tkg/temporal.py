@@ -8,12 +8,11 @@ Thursday", "last summer") -> computed from the reference time. Unparseable phras
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import lru_cache
 
 import dateparser
 
-from tkg.errors import TimestampError
 from tkg.timeutil import to_utc
 
 _NOW = re.compile(r"^(now|today|currently|present|at present|right now|these days|nowadays)$", re.I)
@@ -95,11 +94,3 @@ def _parse_relative(text: str, reference: datetime, languages: tuple[str, ...]) 
     ) and not re.search(r"\b(ago|in \d+ (hours?|minutes?))\b", text, re.I):
         result = result.replace(hour=0, minute=0, second=0, microsecond=0)
     return result
-
-
-def check_interval(valid_at: datetime | None, invalid_at: datetime | None) -> None:
-    if valid_at is not None and invalid_at is not None and invalid_at < valid_at:
-        raise TimestampError(f"invalid_at {invalid_at.isoformat()} is before valid_at {valid_at.isoformat()}")
-
-
-__all__ = ["check_interval", "resolve_time", "timedelta"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from tkg.errors import TimestampError
 
@@ -52,8 +52,6 @@ def to_micros(value: datetime) -> int:
 
 
 def from_micros(value: int) -> datetime:
-    from datetime import timedelta
-
     return _EPOCH + timedelta(microseconds=value)
 
 
