@@ -57,7 +57,7 @@ class FakeOpenAIServer:
         # Real servers may list embedding items out of order; clients must sort by ``index``.
         self.reverse_embeddings = reverse_embeddings
         self.requests: list[tuple[str, dict[str, Any]]] = []
-        self._failures: list[tuple[int, str]] = []
+        self._failures: list[tuple[int, str, float | None]] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -79,13 +79,16 @@ class FakeOpenAIServer:
                     self._send(400, _error("request body is not JSON", "invalid_request_error"))
                     return
                 status, payload = server._handle(self.path, body)
-                self._send(status, payload)
+                retry_after = payload.pop("_retry_after", None)
+                self._send(status, payload, retry_after)
 
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
+            def _send(self, status: int, payload: dict[str, Any], retry_after: str | None = None) -> None:
                 data = json.dumps(payload).encode("utf-8")
                 # the client may have given up already (a timeout test); that is not the server's problem
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.send_response(status)
+                    if retry_after is not None:
+                        self.send_header("Retry-After", retry_after)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -129,10 +132,13 @@ class FakeOpenAIServer:
 
     # -- programming -------------------------------------------------------------------------------------------
 
-    def fail_next(self, count: int = 1, status: int = 500, message: str = "simulated failure") -> None:
-        """Answer the next ``count`` requests (any path) with HTTP ``status`` and an OpenAI-style error body."""
+    def fail_next(
+        self, count: int = 1, status: int = 500, message: str = "simulated failure", retry_after: float | None = None
+    ) -> None:
+        """Answer the next ``count`` requests (any path) with HTTP ``status`` and an OpenAI-style error body (and a
+        ``Retry-After`` header when given)."""
         with self._lock:
-            self._failures.extend([(status, message)] * count)
+            self._failures.extend([(status, message, retry_after)] * count)
 
     def paths(self) -> list[str]:
         return [path for path, _ in self.requests]
@@ -144,8 +150,11 @@ class FakeOpenAIServer:
             self.requests.append((path, body))
             failure = self._failures.pop(0) if self._failures else None
         if failure is not None:
-            status, message = failure
-            return status, _error(message, "server_error" if status >= 500 else "invalid_request_error")
+            status, message, retry_after = failure
+            payload = _error(message, "server_error" if status >= 500 else "invalid_request_error")
+            if retry_after is not None:
+                payload["_retry_after"] = str(retry_after)
+            return status, payload
         try:
             if path == "/v1/chat/completions":
                 return 200, self._chat_completion(body)

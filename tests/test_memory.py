@@ -15,7 +15,9 @@ from tkg import (
     HashEmbedder,
     Kind,
     LLMError,
+    LLMPolicy,
     Memory,
+    MemoryConfig,
     ScriptedLLM,
     TimestampError,
     UnknownGroupError,
@@ -195,16 +197,25 @@ def test_bad_embeddings_are_refused_and_change_nothing(how):
     assert snapshot_of(memory) == before
 
 
-def test_llm_failure_leaves_memory_unchanged(memory):
+def test_llm_failure_leaves_the_graph_unchanged_and_keeps_the_episode():
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=ScriptedLLM(handler=extraction),
+        clock=FixedClock("2024-06-01T12:00:00Z"),
+        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0)),
+    )
     memory.add_episode("Ann: hello Bob", group_id="g")
     before = snapshot_of(memory)
     memory.llm = ScriptedLLM()  # no answers left: raises LLMError
     with pytest.raises(LLMError):
         memory.add_episode("Ann: anything", group_id="g")
-    memory.llm = ScriptedLLM([{"entities": "not a list"}])
+    memory.llm = ScriptedLLM([{"entities": "not a list"}] * 4)
     with pytest.raises(LLMError, match="does not fit"):
         memory.add_episode("Ann: anything", group_id="g")
-    assert snapshot_of(memory) == before
+    after = snapshot_of(memory)
+    failed = memory.failed_episodes("g")
+    assert len(failed) == 2 and all(e.content == "Ann: anything" for e in failed)
+    assert {k: v for k, v in after.items() if k != "episode"} == {k: v for k, v in before.items() if k != "episode"}
 
 
 def test_bad_llm_dates_and_names_are_handled_not_dropped(memory):
@@ -232,7 +243,7 @@ def test_bad_llm_dates_and_names_are_handled_not_dropped(memory):
     assert met.valid_at == datetime(2024, 3, 1, tzinfo=UTC)  # unparseable phrase -> episode time, with a warning
     knows = next(f for f in result.facts if f.relation == "KNOWS")
     assert knows.invalid_at is None
-    assert len(result.warnings) == 2
+    assert len(result.warnings) == 3  # Zed not extracted, "blorp" undatable, end before start
 
 
 def test_unknown_group_and_bad_search_arguments(memory):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tkg import FixedClock, HashEmbedder, ScriptedLLM
+from tkg.drafts import speaker_of
 from tkg.errors import LLMError, TimestampError, ValidationError
-from tkg.extraction import speaker_of
 from tkg.llm import GraphExtraction, Prompt
 from tkg.models import Entity, Fact, relation_name
 from tkg.names import normalize_name

@@ -12,6 +12,7 @@ from tkg.errors import (
     ConfigurationError,
     EmbeddingError,
     EpisodeError,
+    ExtractionFailedError,
     LLMError,
     NotFoundError,
     SnapshotError,
@@ -22,9 +23,11 @@ from tkg.errors import (
     UnknownGroupError,
     ValidationError,
 )
-from tkg.llm import GraphExtraction, LLMClient, Prompt, ScriptedLLM
-from tkg.memory import EpisodeResult, FactInput, Memory
-from tkg.models import Community, Entity, Episode, EpisodeSource, Fact, Kind, Membership, Mention
+from tkg.llm import GraphExtraction, LLMClient, LLMPolicy, LLMUsage, Prompt, ScriptedLLM
+from tkg.llm.rules import RulesLLM
+from tkg.memory import EpisodeInput, EpisodeResult, FactInput, Memory, RemovalResult
+from tkg.models import Community, Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Membership, Mention
+from tkg.ontology import Ontology, RelationType
 from tkg.search import Scored, SearchResults
 from tkg.storage import Hit, Store, WriteBatch
 
@@ -40,8 +43,11 @@ __all__ = [
     "Entity",
     "Episode",
     "EpisodeError",
+    "EpisodeInput",
     "EpisodeResult",
     "EpisodeSource",
+    "EpisodeStatus",
+    "ExtractionFailedError",
     "Fact",
     "FactInput",
     "FixedClock",
@@ -51,12 +57,18 @@ __all__ = [
     "Kind",
     "LLMClient",
     "LLMError",
+    "LLMPolicy",
+    "LLMUsage",
     "Membership",
     "Memory",
     "MemoryConfig",
     "Mention",
     "NotFoundError",
+    "Ontology",
     "Prompt",
+    "RelationType",
+    "RemovalResult",
+    "RulesLLM",
     "Scored",
     "ScriptedLLM",
     "SearchResults",

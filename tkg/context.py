@@ -1,61 +1,149 @@
-"""The context constructor χ: search results -> the text an agent puts in its prompt."""
+"""The context constructor χ: search results -> the text an agent puts in its prompt, and the same as typed data.
+
+The string follows the paper's template: facts with the date range in which they held, entities with their
+summaries, community summaries, and (on request) the source episodes. A budget in characters or tokens is filled
+best-first across the sections: the best fact, the best entity, the best community (the best episode), then
+the second of each, and so on, so a tight budget keeps the top of every list rather than one list whole.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from tkg.search import SearchResults
+from tkg.errors import ValidationError
+from tkg.models import Community, Entity, Episode, Fact
+from tkg.search import Scored, SearchResults
 
 _DATE = "%Y-%m-%d %H:%M"
+
+TokenCounter = Callable[[str], int]
+
+
+def approx_tokens(text: str) -> int:
+    """A tokenizer-free estimate: about four characters per token for English text."""
+    return math.ceil(len(text) / 4)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What :meth:`tkg.Memory.retrieve` returns: the context string and the results it holds, by type."""
+
+    text: str
+    facts: list[Scored[Fact]] = field(default_factory=list)
+    entities: list[Scored[Entity]] = field(default_factory=list)
+    communities: list[Scored[Community]] = field(default_factory=list)
+    episodes: list[Scored[Episode]] = field(default_factory=list)
+    #: results left out to fit the budget
+    dropped: int = 0
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def _when(value: datetime | None, missing: str) -> str:
     return missing if value is None else value.strftime(_DATE) + " UTC"
 
 
-def build_context(results: SearchResults, *, max_chars: int | None = None, include_episodes: bool = False) -> str:
-    """Facts with their validity ranges, then entities with summaries (then episodes, when asked).
+def fact_line(fact: Fact) -> str:
+    return f"- {fact.fact} ({_when(fact.valid_at, 'unknown')} - {_when(fact.invalid_at, 'present')})"
 
-    Sections are filled best-first; with ``max_chars`` the lowest-ranked lines are left out so the whole string
-    fits the budget.
-    """
-    sections: list[tuple[str, list[str]]] = [
-        (
-            "FACTS (each with the period it held: from - to; 'present' means it still holds)",
-            [
-                f"- {s.record.fact} ({_when(s.record.valid_at, 'unknown')} - {_when(s.record.invalid_at, 'present')})"
-                for s in results.facts
-            ],
-        ),
-        (
-            "ENTITIES (name: summary)",
-            [f"- {s.record.name}: {s.record.summary or '(no summary yet)'}" for s in results.entities],
-        ),
-    ]
-    if results.communities:
-        sections.append(
-            ("COMMUNITIES (name: summary)", [f"- {s.record.name}: {s.record.summary}" for s in results.communities])
+
+_SECTIONS = (
+    ("facts", "FACTS (each with the period it held: from - to; 'present' means it still holds)"),
+    ("entities", "ENTITIES (name: summary)"),
+    ("communities", "COMMUNITIES (name: summary)"),
+    ("episodes", "EPISODES (source material, with its time)"),
+)
+
+
+def _line(target: str, scored: Scored) -> str:  # type: ignore[type-arg]
+    record = scored.record
+    if target == "facts":
+        return fact_line(record)
+    if target == "entities":
+        return f"- {record.name}: {record.summary or '(no summary yet)'}"
+    if target == "communities":
+        return f"- {record.name}: {record.summary}"
+    return f"- [{_when(record.reference_time, '')}] {record.content}"
+
+
+def construct(
+    results: SearchResults,
+    *,
+    max_chars: int | None = None,
+    max_tokens: int | None = None,
+    count_tokens: TokenCounter = approx_tokens,
+    include_episodes: bool = False,
+) -> Context:
+    """Build the context from search results, within the budget (characters, tokens, or both)."""
+    for name, value in (("max_chars", max_chars), ("max_tokens", max_tokens)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValidationError(f"{name} must be a non-negative integer, got {value!r}")
+    lists: dict[str, list[Scored]] = {  # type: ignore[type-arg]
+        "facts": list(results.facts),
+        "entities": list(results.entities),
+        "communities": list(results.communities),
+        "episodes": list(results.episodes) if include_episodes else [],
+    }
+    kept: dict[str, list[Scored]] = {t: [] for t in lists}  # type: ignore[type-arg]
+    lines: dict[str, list[str]] = {t: [] for t in lists}
+
+    def fits(text: str) -> bool:
+        return (max_chars is None or len(text) <= max_chars) and (
+            max_tokens is None or count_tokens(text) <= max_tokens
         )
-    if include_episodes:
-        sections.append(
-            (
-                "EPISODES (source material, with its time)",
-                [f"- [{_when(s.record.reference_time, '')}] {s.record.content}" for s in results.episodes],
-            )
-        )
-    kept: list[tuple[str, list[str]]] = [(title, []) for title, _ in sections]
-    for (_, lines), (_, chosen) in zip(sections, kept, strict=True):
-        for line in lines:
-            chosen.append(line)
-            if max_chars is not None and len(_render(kept)) > max_chars:
-                chosen.pop()
-                break
-    return _render(kept)
+
+    dropped = 0
+    full = {t: False for t in lists}
+    for rank in range(max((len(v) for v in lists.values()), default=0)):
+        for target, items in lists.items():
+            if rank >= len(items):
+                continue
+            if full[target]:
+                dropped += 1
+                continue
+            lines[target].append(_line(target, items[rank]))
+            if fits(_render(lines)):
+                kept[target].append(items[rank])
+            else:
+                lines[target].pop()
+                full[target] = True  # keep best-first: nothing below a line that did not fit
+                dropped += 1
+    return Context(
+        text=_render(lines),
+        facts=kept["facts"],
+        entities=kept["entities"],
+        communities=kept["communities"],
+        episodes=kept["episodes"],
+        dropped=dropped,
+    )
 
 
-def _render(sections: list[tuple[str, list[str]]]) -> str:
+def build_context(
+    results: SearchResults,
+    *,
+    max_chars: int | None = None,
+    max_tokens: int | None = None,
+    count_tokens: TokenCounter = approx_tokens,
+    include_episodes: bool = False,
+) -> str:
+    """The context string alone (see :func:`construct`)."""
+    return construct(
+        results,
+        max_chars=max_chars,
+        max_tokens=max_tokens,
+        count_tokens=count_tokens,
+        include_episodes=include_episodes,
+    ).text
+
+
+def _render(sections: dict[str, list[str]]) -> str:
     blocks = []
-    for title, lines in sections:
+    for target, title in _SECTIONS:
+        lines = sections.get(target)
         if lines:
             tag = title.split(" ", 1)[0]
             blocks.append("\n".join([f"# {title}", f"<{tag}>", *lines, f"</{tag}>"]))

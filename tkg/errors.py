@@ -36,7 +36,25 @@ class NotFoundError(TkgError, LookupError):
 
 
 class LLMError(TkgError):
-    """The LLM could not be reached, or returned something that does not fit the expected schema."""
+    """The LLM could not be reached, or returned something that does not fit the expected schema.
+
+    ``retryable`` says whether trying again may help (rate limits, server errors, timeouts, malformed output);
+    ``retry_after`` is the server's requested wait in seconds, when it sent one.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ExtractionFailedError(LLMError):
+    """Extraction of an episode failed for good. The episode is stored, marked failed, and can be retried with
+    :meth:`tkg.Memory.retry`; the graph holds nothing half-applied from it."""
+
+    def __init__(self, message: str, *, episode_id: str) -> None:
+        super().__init__(message, retryable=True)
+        self.episode_id = episode_id
 
 
 class ConfigurationError(TkgError):

@@ -48,6 +48,16 @@ class Kind(StrEnum):
     MEMBERSHIP = "membership"
 
 
+class EpisodeStatus(StrEnum):
+    """Where an episode stands: ``extracted`` (its entities and facts are in the graph, from the LLM or from
+    structured input), ``stored`` (kept and linked to known entities without an LLM), ``failed`` (the LLM failed
+    for good; retry with :meth:`tkg.Memory.retry`)."""
+
+    EXTRACTED = "extracted"
+    STORED = "stored"
+    FAILED = "failed"
+
+
 class EpisodeSource(StrEnum):
     """What an episode's content is: a chat message ("Speaker: text"), free text, or a JSON document."""
 
@@ -150,11 +160,16 @@ class Episode(_Record):
     created_at: datetime
     source_description: str = ""
     name: str = ""
+    status: EpisodeStatus = EpisodeStatus.STORED
+    error: str = ""
+    attributes: Mapping[str, Any] = field(default_factory=dict)
     embedding: Vector | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check_common()
         self._set("source", EpisodeSource(self.source))
+        self._set("status", EpisodeStatus(self.status))
+        self._set("attributes", dict(self.attributes))
         self._set("reference_time", to_utc(self.reference_time, "reference_time"))
         self._check_vector("embedding")
 
@@ -201,6 +216,10 @@ class Fact(_Record):
     expired_at: datetime | None = None
     episodes: tuple[str, ...] = ()
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: The fact whose arrival ended this one (set together with ``expired_at``); None while it is not superseded.
+    invalidated_by: str | None = None
+    #: This fact's own ``invalid_at`` before it was superseded, restored if the superseding fact is removed.
+    prior_invalid_at: datetime | None = None
     embedding: Vector | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -208,7 +227,7 @@ class Fact(_Record):
         check_relation(self.relation)
         if not isinstance(self.fact, str) or not self.fact.strip():
             raise ValidationError("fact text must be a non-empty string")
-        for name in ("valid_at", "invalid_at", "expired_at"):
+        for name in ("valid_at", "invalid_at", "expired_at", "prior_invalid_at"):
             value = getattr(self, name)
             if value is not None:
                 self._set(name, to_utc(value, name))
@@ -247,13 +266,22 @@ class Community(_Record):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Mention(_Record):
-    """Episode -> entity: the episode names the entity. Its id is derived from its two ends."""
+    """Episode -> entity: the episode names the entity. Its id is derived from its two ends.
+
+    A mention also keeps what the episode said about the entity (the name as written, a type label, a one-line
+    summary, typed attributes); an entity's profile is the fold of its mentions (:mod:`tkg.profiles`), so removing
+    an episode can recompute the entity as if the episode had never been added.
+    """
 
     kind: ClassVar[Kind] = Kind.MENTION
     episode_id: str
     entity_id: str
     group_id: str
     created_at: datetime
+    name: str = ""
+    label: str = ""
+    summary: str = ""
+    attributes: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -262,6 +290,7 @@ class Mention(_Record):
     def __post_init__(self) -> None:
         check_group_id(self.group_id)
         self._set("created_at", to_utc(self.created_at, "created_at"))
+        self._set("attributes", dict(self.attributes))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from tkg.storage import Hit
 
 
@@ -21,3 +24,52 @@ def rrf(rankings: Sequence[Sequence[Hit]], k: int = 60) -> list[Hit]:
             scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (k + rank)
     order = {key: i for i, key in enumerate(scores)}
     return [Hit(i, s) for i, s in sorted(scores.items(), key=lambda item: (-item[1], order[item[0]]))]
+
+
+def mmr(
+    query: npt.NDArray[np.float32], ids: Sequence[str], vectors: npt.NDArray[np.float32], lam: float, k: int
+) -> list[Hit]:
+    """Greedy maximal marginal relevance: repeatedly take the candidate maximising
+    ``lam * sim(query, d) - (1 - lam) * max sim(d, chosen)``; its score is that value when it was taken.
+
+    Vectors are unit length (cosine = dot product). ``lam = 1`` is plain cosine order.
+
+    >>> import numpy as np
+    >>> v = np.array([[1, 0], [1, 0], [0.6, 0.8]], dtype=np.float32)
+    >>> [h.id for h in mmr(np.array([1, 0], dtype=np.float32), ["a", "a2", "b"], v, 0.3, 2)]
+    ['a', 'b']
+    """
+    n = len(ids)
+    if n == 0 or k <= 0:
+        return []
+    # einsum, not `@`: multithreaded BLAS is ~100x slower under CPU contention (see backends/memory/vectors.py)
+    relevance = np.einsum("ij,j->i", vectors, query)
+    redundancy = np.full(n, -np.inf, dtype=np.float32)
+    taken = np.zeros(n, dtype=bool)
+    out: list[Hit] = []
+    for _ in range(min(k, n)):
+        penalty = np.where(np.isfinite(redundancy), redundancy, 0.0)
+        scores = np.where(taken, -np.inf, lam * relevance - (1.0 - lam) * penalty)
+        best = int(np.argmax(scores))  # first maximum: ties keep candidate order
+        taken[best] = True
+        out.append(Hit(ids[best], float(scores[best])))
+        redundancy = np.maximum(redundancy, np.einsum("ij,j->i", vectors, vectors[best]))
+    return out
+
+
+def normalized(hits: Sequence[Hit]) -> dict[str, float]:
+    """Min-max normalised scores of a ranked list (one item, or all equal: 1.0)."""
+    if not hits:
+        return {}
+    values = [h.score for h in hits]
+    low, high = min(values), max(values)
+    span = high - low
+    return {h.id: (1.0 if span <= 0 else (h.score - low) / span) for h in hits}
+
+
+def reorder(hits: Sequence[Hit], key_scores: dict[str, float]) -> list[Hit]:
+    """``hits`` sorted by ``key_scores`` (higher first; missing = 0), ties kept in their order; returns the new
+    scores."""
+    scored = [Hit(h.id, key_scores.get(h.id, 0.0)) for h in hits]
+    order = {h.id: i for i, h in enumerate(hits)}
+    return sorted(scored, key=lambda h: (-h.score, order[h.id]))

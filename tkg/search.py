@@ -1,29 +1,37 @@
-"""Hybrid search, the φ and ρ of the paper in their first form: cosine + BM25 per target, fused by RRF."""
+"""The search function of the paper, φ then ρ: candidates by cosine, BM25 and breadth-first search per target,
+reranked by RRF, MMR, episode mentions, node distance, a cross-encoder, or (episodes) their conversation context.
+
+Everything a search does is named by a :class:`tkg.search_config.SearchConfig` passed in; the store only answers
+the narrow calls of :class:`tkg.storage.Store`, so this module runs unchanged on every backend.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Generic, TypeVar
 
-from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector
-from tkg.ranking import rrf
-from tkg.storage import Store
+import numpy as np
+
+from tkg.episode_context import rerank_episodes
+from tkg.errors import NotFoundError, ValidationError
+from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, vector_of
+from tkg.ranking import mmr, reorder, rrf
+from tkg.rerankers import CrossEncoder, TermOverlapScorer
+from tkg.search_config import TARGET_KINDS, BfsOrigin, Method, Reranker, SearchConfig, TargetConfig
+from tkg.storage import Hit, Store
 from tkg.timeline import Scope
 
 R = TypeVar("R", bound=Record)
 
-TARGETS: dict[str, Kind] = {
-    "facts": Kind.FACT,
-    "entities": Kind.ENTITY,
-    "episodes": Kind.EPISODE,
-    "communities": Kind.COMMUNITY,
-}
+#: Kept for callers of the first version; the same mapping as :data:`tkg.search_config.TARGET_KINDS`.
+TARGETS: dict[str, Kind] = dict(TARGET_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
 class Scored(Generic[R]):
-    """A search result and its fused score."""
+    """A search result and its score from the target's reranker (higher is better)."""
 
     record: R
     score: float
@@ -40,6 +48,74 @@ class SearchResults:
     communities: list[Scored[Community]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Search:
+    """One search's inputs and the records it has loaded."""
+
+    store: Store
+    query: str
+    vector: Vector
+    scope: Scope
+    center: str | None
+    origins: tuple[str, ...]
+    cross_encoder: CrossEncoder
+    reference_time: datetime
+    records: dict[tuple[Kind, str], Record | None] = field(default_factory=dict)
+
+    def load(self, kind: Kind, ids: Sequence[str]) -> list[Record | None]:
+        missing = [i for i in ids if (kind, i) not in self.records]
+        if missing:
+            for i, record in zip(missing, self.store.get(kind, missing), strict=True):
+                self.records[(kind, i)] = record
+        return [self.records[(kind, i)] for i in ids]
+
+
+def search(
+    store: Store,
+    query: str,
+    vector: Vector,
+    scope: Scope,
+    config: SearchConfig,
+    *,
+    center: str | None = None,
+    origins: Sequence[str] = (),
+    cross_encoder: CrossEncoder | None = None,
+    reference_time: datetime | None = None,
+) -> SearchResults:
+    """Run ``config`` for ``query`` (and its embedding ``vector``) within ``scope``.
+
+    ``center`` is the entity the node-distance reranker measures from (and a BFS origin when ``bfs_origin`` is
+    ``given`` and no ``origins`` are passed); it must exist and be visible in ``scope``, else
+    :class:`tkg.errors.NotFoundError`. ``reference_time`` (default: the scope's time) anchors time phrases in
+    the query for the episode-context reranker. ``cross_encoder`` defaults to :class:`TermOverlapScorer`.
+    """
+    if center is not None:
+        _check_visible(store, scope, center, "center entity")
+    for origin in origins:
+        _check_visible(store, scope, origin, "BFS origin entity")
+    run = _Search(
+        store=store,
+        query=query,
+        vector=vector,
+        scope=scope,
+        center=center,
+        origins=tuple(origins),
+        cross_encoder=cross_encoder or TermOverlapScorer(),
+        reference_time=reference_time or scope.as_of or scope.known_at,
+    )
+    found: dict[str, list[Scored[Record]]] = {}
+    for target in config.targets:
+        target_config = getattr(config, target)
+        kind = TARGET_KINDS[target]
+        ranked = _rank(run, target, kind, target_config)
+        if target_config.min_score is not None:
+            ranked = [h for h in ranked if h.score >= target_config.min_score]
+        ranked = ranked[: target_config.limit]
+        records = run.load(kind, [h.id for h in ranked])
+        found[target] = [Scored(r, h.score) for r, h in zip(records, ranked, strict=True) if r is not None]
+    return SearchResults(query=query, **found)  # type: ignore[arg-type]
+
+
 def hybrid_search(
     store: Store,
     query: str,
@@ -51,13 +127,184 @@ def hybrid_search(
     candidate_factor: int = 3,
     rrf_k: int = 60,
 ) -> SearchResults:
-    fetch = limit * candidate_factor
-    found: dict[str, list[Scored[Record]]] = {}
-    for target in targets:
-        kind = TARGETS[target]
-        fused = rrf(
-            [store.vector_search(kind, vector, fetch, scope), store.text_search(kind, query, fetch, scope)], rrf_k
-        )[:limit]
-        records = store.get(kind, [hit.id for hit in fused])
-        found[target] = [Scored(r, hit.score) for r, hit in zip(records, fused, strict=True) if r is not None]
-    return SearchResults(query=query, **found)  # type: ignore[arg-type]
+    """Cosine + BM25 per target, fused by RRF (the ``hybrid`` preset with these numbers)."""
+    target = TargetConfig(limit=limit, candidate_factor=candidate_factor, rrf_k=rrf_k)
+    return search(store, query, vector, scope, SearchConfig(**{t: target for t in targets}))
+
+
+def _check_visible(store: Store, scope: Scope, entity_id: str, what: str) -> None:
+    record = store.get(Kind.ENTITY, [entity_id])[0] if isinstance(entity_id, str) else None
+    # Another tenant's entity is reported exactly like a missing one: its existence is not revealed.
+    if record is None or not scope.unfiltered().admits(record):
+        raise NotFoundError(f"{what} {entity_id!r} does not exist in the searched groups at the searched time")
+
+
+# -- φ: candidates --------------------------------------------------------------------------------------------
+def _rank(run: _Search, target: str, kind: Kind, config: TargetConfig) -> list[Hit]:
+    lists: dict[Method, list[Hit]] = {}
+    fetch = config.fetch
+    if Method.COSINE in config.methods:
+        hits = run.store.vector_search(kind, run.vector, fetch, run.scope)
+        lists[Method.COSINE] = [h for h in hits if h.score >= config.min_similarity]
+    if Method.BM25 in config.methods:
+        lists[Method.BM25] = run.store.text_search(kind, run.query, fetch, run.scope)
+    if Method.BFS in config.methods:
+        lists[Method.BFS] = _bfs(run, kind, config, lists)
+    return _rerank(run, kind, config, lists)
+
+
+def _bfs(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Method, list[Hit]]) -> list[Hit]:
+    """Records within ``bfs_depth`` hops of the origins, nearest first (score ``1 / (1 + hops)``)."""
+    origins = _bfs_origins(run, kind, config, lists)
+    if not origins:
+        return []
+    fetch = config.fetch
+    # Only the nearest entities are needed: the walk stops after enough of them (hubs make neighbourhoods huge).
+    reach = len(origins) + (fetch if kind is Kind.ENTITY else config.limit)
+    hops = run.store.bfs(origins, config.bfs_depth, run.scope.unfiltered(), limit=reach)
+    by_hop = sorted(hops, key=lambda e: (hops[e], e))  # by id within a hop: deterministic
+    skip_origins = config.bfs_origin is BfsOrigin.HITS  # the hits are ranked by their own methods already
+    if kind is Kind.ENTITY:
+        ids = [e for e in by_hop if not (skip_origins and hops[e] == 0)]
+        return _admitted(run, Kind.ENTITY, ids, hops)[:fetch]
+    if kind is Kind.FACT:
+        found: dict[str, int] = {}
+        for entity in by_hop:  # nearest first, so a big neighbourhood stops as soon as enough facts are found
+            if hops[entity] >= config.bfs_depth or len(found) >= fetch:
+                break
+            for fact in run.store.facts_of([entity], run.scope):
+                found.setdefault(fact.id, hops[entity])
+        return [Hit(f, 1.0 / (1 + d)) for f, d in found.items()][:fetch]
+    if kind is Kind.COMMUNITY:
+        nearest: dict[str, int] = {}
+        for membership in run.store.memberships(entity_ids=by_hop):
+            hop = hops[membership.entity_id]
+            if membership.community_id not in nearest or hop < nearest[membership.community_id]:
+                nearest[membership.community_id] = hop
+        return _admitted(run, Kind.COMMUNITY, sorted(nearest, key=nearest.__getitem__), nearest)[:fetch]
+    return []
+
+
+def _admitted(run: _Search, kind: Kind, ids: list[str], hops: dict[str, int]) -> list[Hit]:
+    records = run.load(kind, ids)
+    return [Hit(i, 1.0 / (1 + hops[i])) for i, r in zip(ids, records, strict=True) if r and run.scope.admits(r)]
+
+
+def _bfs_origins(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Method, list[Hit]]) -> list[str]:
+    if config.bfs_origin is BfsOrigin.GIVEN:
+        origins = list(run.origins) or ([run.center] if run.center else [])
+        if not origins:
+            raise ValidationError("BFS from given nodes needs origins=[entity ids] or center=entity id")
+        return origins
+    if config.bfs_origin is BfsOrigin.RECENT_EPISODES:
+        scope = run.scope
+        groups = sorted(scope.group_ids if scope.group_ids is not None else run.store.groups())
+        before = scope.as_of if scope.explicit_as_of and scope.as_of is not None else scope.known_at
+        episodes = [
+            e.id
+            for g in groups
+            for e in run.store.recent_episodes(g, before, config.recent_episodes)
+            if scope.unfiltered().admits(e)
+        ]
+        return list(dict.fromkeys(m.entity_id for m in run.store.mentions(episode_ids=episodes))) if episodes else []
+    # The best hits of the other methods (a wider start makes a neighbourhood of everything).
+    top = list(dict.fromkeys(h.id for hits in lists.values() for h in hits[: config.bfs_seeds]))
+    if kind is Kind.ENTITY:
+        return top
+    if kind is Kind.FACT:
+        facts = [f for f in run.load(Kind.FACT, top) if isinstance(f, Fact)]
+        return list(dict.fromkeys(e for f in facts for e in (f.source_id, f.target_id)))
+    if kind is Kind.COMMUNITY:
+        return list(dict.fromkeys(m.entity_id for m in run.store.memberships(community_ids=top))) if top else []
+    return []
+
+
+# -- ρ: rerankers ---------------------------------------------------------------------------------------------
+def _rerank(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Method, list[Hit]]) -> list[Hit]:
+    reranker = config.reranker
+    if reranker is Reranker.EPISODE_CONTEXT:
+        assert config.context is not None
+        return rerank_episodes(
+            run.store,
+            run.query,
+            run.scope,
+            config.context,
+            lists,
+            config.limit,
+            run.reference_time,
+            run.load,
+            run.vector,
+        )
+    fused = rrf(list(lists.values()), config.rrf_k)
+    if reranker is Reranker.RRF:
+        return fused
+    if reranker is Reranker.MMR:
+        return _mmr(run, kind, config, fused)
+    if reranker is Reranker.EPISODE_MENTIONS:
+        return reorder(fused, _mention_counts(run, kind, [h.id for h in fused]))
+    if reranker is Reranker.NODE_DISTANCE:
+        return reorder(fused, _closeness(run, kind, config, [h.id for h in fused]))
+    if reranker is Reranker.CROSS_ENCODER:
+        head = fused[: config.fetch]
+        texts = [_passage(r) for r in run.load(kind, [h.id for h in head])]
+        scores = run.cross_encoder.score(run.query, texts)
+        if len(scores) != len(head):
+            raise ValidationError(f"the cross-encoder returned {len(scores)} scores for {len(head)} passages")
+        return reorder(head, {h.id: float(s) for h, s in zip(head, scores, strict=True)})
+    raise ValidationError(f"unknown reranker {reranker!r}")  # pragma: no cover - the config validates it
+
+
+def _mmr(run: _Search, kind: Kind, config: TargetConfig, fused: list[Hit]) -> list[Hit]:
+    records = run.load(kind, [h.id for h in fused])
+    pairs = [(r.id, v) for r in records if r is not None and (v := vector_of(r)) is not None]
+    if not pairs:
+        return []
+    vectors = np.stack([v for _, v in pairs]).astype(np.float32)
+    return mmr(run.vector, [i for i, _ in pairs], vectors, config.mmr_lambda, config.fetch)
+
+
+def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float]:
+    """Facts: the episodes that stated them. Entities: the visible episodes that mention them."""
+    if kind is Kind.FACT:
+        return {r.id: float(len(r.episodes)) for r in run.load(Kind.FACT, ids) if isinstance(r, Fact)}
+    if kind is Kind.ENTITY and ids:
+        mentions = run.store.mentions(entity_ids=ids)
+        visible = {
+            e.id
+            for e in run.load(Kind.EPISODE, list(dict.fromkeys(m.episode_id for m in mentions)))
+            if e is not None and run.scope.unfiltered().admits(e)
+        }
+        counts: dict[str, float] = {}
+        for m in mentions:
+            if m.episode_id in visible:
+                counts[m.entity_id] = counts.get(m.entity_id, 0.0) + 1.0
+        return counts
+    return {}
+
+
+def _closeness(run: _Search, kind: Kind, config: TargetConfig, ids: list[str]) -> dict[str, float]:
+    """``1 / (1 + shortest-path hops)`` from the centre over visible facts (a fact: its nearer end); 0 when out of
+    reach."""
+    if run.center is None:
+        raise ValidationError("the node_distance reranker needs a center entity (center=entity id)")
+    hops = run.store.bfs([run.center], config.max_distance, run.scope.unfiltered())
+    if kind is Kind.ENTITY:
+        return {i: 1.0 / (1 + hops[i]) for i in ids if i in hops}
+    out: dict[str, float] = {}
+    if kind is Kind.FACT:
+        for fact in run.load(Kind.FACT, ids):
+            if isinstance(fact, Fact):
+                near = [hops[e] for e in (fact.source_id, fact.target_id) if e in hops]
+                if near:
+                    out[fact.id] = 1.0 / (1 + min(near))
+    return out
+
+
+def _passage(record: Record | None) -> str:
+    if isinstance(record, Fact):
+        return record.fact
+    if isinstance(record, Entity | Community):
+        return f"{record.name}: {record.summary}" if record.summary else record.name
+    if isinstance(record, Episode):
+        return record.content
+    return ""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from tkg.models import Entity, Episode, Fact, Kind, Mention, Record, Vector
+from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector
 from tkg.timeline import Scope
 
 
@@ -81,9 +81,11 @@ class Store(Protocol):
         """Facts with either end among ``entity_ids`` (admitted by ``scope`` when given), in insertion order."""
         ...
 
-    def bfs(self, seeds: Sequence[str], depth: int, scope: Scope) -> dict[str, int]:
+    def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:
         """Entities reachable from the ``seeds`` over facts admitted by ``scope`` (either direction), within
-        ``depth`` hops: entity id -> hop count (seeds are 0)."""
+        ``depth`` hops: entity id -> hop count (seeds are 0). With ``limit``, the search stops once that many
+        entities are reached (seeds included); every entity returned then has its true hop count, and no
+        unreturned entity is nearer than the farthest returned one."""
         ...
 
     def mentions(
@@ -92,10 +94,22 @@ class Store(Protocol):
         """Mentions from these episodes and/or to these entities (both given: both must match)."""
         ...
 
+    def memberships(
+        self, community_ids: Sequence[str] | None = None, entity_ids: Sequence[str] | None = None
+    ) -> list[Membership]:
+        """Memberships of these communities and/or of these entities (both given: both must match), in insertion
+        order; neither given: all of them."""
+        ...
+
     def episode_facts(self, episode_id: str) -> list[Fact]:
         """Provenance: the facts whose ``episodes`` include ``episode_id``."""
         ...
 
     def recent_episodes(self, group_id: str, before: datetime, n: int) -> list[Episode]:
         """The ``n`` latest episodes of a group with ``reference_time <= before``, oldest first."""
+        ...
+
+    def episode_window(self, episode_id: str, before: int, after: int) -> list[Episode]:
+        """The episode and up to ``before`` / ``after`` of its neighbours on its group's timeline (ordered by
+        reference time, then by insertion), oldest first; empty for an unknown id."""
         ...

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import dateparser
 
+from tkg.errors import TimestampError
 from tkg.timeutil import to_utc
 
 _NOW = re.compile(r"^(now|today|currently|present|at present|right now|these days|nowadays)$", re.I)
@@ -26,6 +27,8 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     """The UTC datetime a time phrase denotes, relative to ``reference``; ``None`` if it denotes nothing."""
     if phrase is None:
         return None
+    if not isinstance(reference, datetime):
+        raise TimestampError(f"cannot resolve the time phrase {phrase!r}: no reference time to count from")
     text = " ".join(str(phrase).split()).strip().rstrip(".")
     if not text:
         return None

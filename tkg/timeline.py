@@ -11,16 +11,107 @@ A query names up to two points in time:
 ``include_invalidated=True`` drops the event-time check (history and current facts together) unless ``as_of``
 is given explicitly. Entities and communities are seen once created; episodes too, and with an explicit
 ``as_of`` only those whose reference time is not after it.
+
+A scope may also carry filters (:class:`Filters`): entity labels, fact relation types, and date ranges on the
+timestamps of each kind. A filter that names a label or relation nothing has simply admits nothing of that kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from tkg.models import Episode, Fact, Record, check_group_id
+from tkg.errors import ValidationError
+from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id
 from tkg.timeutil import optional_utc, to_utc
+
+#: The timestamps a :class:`DateRange` can name, and the kinds of record that have each.
+DATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "valid_at": (Fact,),
+    "invalid_at": (Fact,),
+    "created_at": (Fact, Entity, Episode, Community),
+    "expired_at": (Fact,),
+    "reference_time": (Episode,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DateRange:
+    """``start <= record.<field> < end`` (either bound may be open). A missing timestamp (``None``: unknown
+    start, still open, never expired) fails the range unless ``include_missing``.
+
+    >>> from datetime import UTC
+    >>> DateRange("valid_at", start=datetime(2024, 1, 1, tzinfo=UTC)).field
+    'valid_at'
+    """
+
+    field: str
+    start: datetime | str | None = None
+    end: datetime | str | None = None
+    include_missing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.field not in DATE_FIELDS:
+            raise ValidationError(f"DateRange field {self.field!r} is unknown; use one of {sorted(DATE_FIELDS)}")
+        start = optional_utc(self.start, f"DateRange({self.field}).start")
+        end = optional_utc(self.end, f"DateRange({self.field}).end")
+        if start is not None and end is not None and end < start:
+            raise ValidationError(f"DateRange({self.field}): end {end.isoformat()} is before start {start.isoformat()}")
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "end", end)
+
+    def applies_to(self, record: Record) -> bool:
+        return isinstance(record, DATE_FIELDS[self.field])
+
+    def admits(self, record: Record) -> bool:
+        value = getattr(record, self.field)
+        if value is None:
+            return self.include_missing
+        start, end = self.start, self.end
+        return (start is None or start <= value) and (end is None or value < end)  # type: ignore[operator]
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Filters beside the two timelines: entity labels (any of), fact relation types (any of), date ranges (all).
+
+    Each applies only to the kinds it concerns: labels to entities, relations to facts, a date range to the kinds
+    that have its field.
+    """
+
+    labels: frozenset[str] | None = None
+    relations: frozenset[str] | None = None
+    dates: tuple[DateRange, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("labels", "relations"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                value = [value]
+            items = frozenset(value)
+            if not all(isinstance(v, str) and v for v in items):
+                raise ValidationError(f"Filters.{name} must be non-empty strings, got {sorted(map(repr, items))}")
+            object.__setattr__(self, name, items)
+        dates = tuple(self.dates)
+        if not all(isinstance(d, DateRange) for d in dates):
+            raise ValidationError("Filters.dates must be DateRange values")
+        object.__setattr__(self, "dates", dates)
+
+    def __bool__(self) -> bool:
+        return self.labels is not None or self.relations is not None or bool(self.dates)
+
+    def admits(self, record: Record) -> bool:
+        if self.labels is not None and isinstance(record, Entity) and self.labels.isdisjoint(record.labels):
+            return False
+        if self.relations is not None and isinstance(record, Fact) and record.relation not in self.relations:
+            return False
+        return all(d.admits(record) for d in self.dates if d.applies_to(record))
+
+
+NO_FILTERS = Filters()
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +122,24 @@ class Scope:
     known_at: datetime
     as_of: datetime | None  # None: no event-time check on facts
     explicit_as_of: bool = False
+    filters: Filters = NO_FILTERS
 
     def admits(self, record: Record) -> bool:
         if self.group_ids is not None and record.group_id not in self.group_ids:
             return False
         if record.created_at > self.known_at:
             return False
+        if self.filters and not self.filters.admits(record):
+            return False
         if isinstance(record, Fact):
             return self.as_of is None or fact_holds(record, self.as_of, self.known_at)
         if isinstance(record, Episode) and self.explicit_as_of and self.as_of is not None:
             return record.reference_time <= self.as_of
         return True
+
+    def unfiltered(self) -> Scope:
+        """The same view without :class:`Filters` (graph traversal walks the whole visible graph)."""
+        return self if not self.filters else replace(self, filters=NO_FILTERS)
 
 
 def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
@@ -65,6 +163,7 @@ def make_scope(
     as_of: datetime | str | None = None,
     known_at: datetime | str | None = None,
     include_invalidated: bool = False,
+    filters: Filters | None = None,
 ) -> Scope:
     """Resolve the user's query arguments against ``now`` (from the clock seam) into a :class:`Scope`."""
     if isinstance(group_ids, str):
@@ -75,4 +174,4 @@ def make_scope(
     explicit = event is not None
     if event is None and not include_invalidated:
         event = tx
-    return Scope(group_ids=groups, known_at=tx, as_of=event, explicit_as_of=explicit)
+    return Scope(group_ids=groups, known_at=tx, as_of=event, explicit_as_of=explicit, filters=filters or NO_FILTERS)

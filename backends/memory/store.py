@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +36,7 @@ from tkg.models import (
 )
 from tkg.names import normalize_name
 from tkg.storage import Hit, WriteBatch
-from tkg.timeline import Scope
+from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
 from .arrays import Column
@@ -65,7 +66,11 @@ class _Table:
         self.valid = Column(np.int64, _MIN)
         self.invalid = Column(np.int64, _MAX)
         self.expired = Column(np.int64, _MAX)
+        # Filters: a fact's relation code; one boolean column per entity label (labels are few).
+        self.relation = Column(np.int32, -1)
+        self.labels: dict[str, Column] = {}
         self.live = 0
+        self.version = 0  # bumped on every change; cached masks are keyed by it
 
     def slot_for(self, record_id: str) -> int:
         slot = self.slot_of.get(record_id)
@@ -74,21 +79,36 @@ class _Table:
         slot = len(self.records)
         self.records.append(None)
         self.slot_of[record_id] = slot
-        for column in (self.alive, self.group, self.created, self.valid, self.invalid, self.expired):
+        for column in (self.alive, self.group, self.created, self.valid, self.invalid, self.expired, self.relation):
+            column.ensure(slot + 1)
+        for column in self.labels.values():
             column.ensure(slot + 1)
         return slot
+
+    def set_labels(self, slot: int, labels: Iterable[str]) -> None:
+        wanted = set(labels)
+        for label, column in self.labels.items():
+            if slot < column.size:
+                column[slot] = label in wanted
+        for label in wanted - self.labels.keys():
+            column = Column(np.bool_, False)
+            column.ensure(self.alive.size)
+            column[slot] = True
+            self.labels[label] = column
 
     def get(self, record_id: str) -> Record | None:
         slot = self.slot_of.get(record_id)
         return None if slot is None else self.records[slot]
 
-    def mask(self, scope: Scope | None, group_codes: dict[str, int]) -> Mask:
+    def mask(self, scope: Scope | None, group_codes: dict[str, int], relation_codes: dict[str, int]) -> Mask:
         mask = self.alive.view().copy()
         if scope is None:
             return mask
         if scope.group_ids is not None:
             codes = [group_codes[g] for g in scope.group_ids if g in group_codes]
             groups = self.group.view()
+            if not codes:
+                return np.zeros_like(mask)
             mask &= groups == codes[0] if len(codes) == 1 else np.isin(groups, codes)
         tx = to_micros(scope.known_at)
         mask &= self.created.view() <= tx
@@ -100,7 +120,62 @@ class _Table:
             mask &= (self.valid.view() <= at) & (at < invalid)
         elif self.kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
             mask &= self.valid.view() <= to_micros(scope.as_of)
+        if scope.filters:
+            self._filter(mask, scope.filters, relation_codes)
         return mask
+
+    def stable_interval(self, now: int, event_time: bool) -> tuple[int, int]:
+        """``[lo, hi)`` around ``now`` in which no stored timestamp that a "now" mask depends on changes its
+        comparison with "now" (creation; for facts judged at "now" also validity and expiry)."""
+        columns = [self.created]
+        if self.kind is Kind.FACT and event_time:
+            columns += [self.valid, self.invalid, self.expired]
+        lo, hi = _MIN, _MAX
+        for column in columns:
+            values = column.view()
+            lo = max(lo, int(values.max(initial=_MIN, where=values <= now)))
+            hi = min(hi, int(values.min(initial=_MAX, where=values > now)))
+        return lo, hi
+
+    def _filter(self, mask: Mask, filters: Filters, relation_codes: dict[str, int]) -> None:
+        if filters.labels is not None and self.kind is Kind.ENTITY:
+            labelled = np.zeros_like(mask)
+            for label in filters.labels:
+                column = self.labels.get(label)
+                if column is not None:
+                    labelled |= column.view()[: len(mask)]
+            mask &= labelled
+        if filters.relations is not None and self.kind is Kind.FACT:
+            codes = [relation_codes[r] for r in filters.relations if r in relation_codes]
+            mask &= np.isin(self.relation.view(), codes) if codes else False
+        for rng in filters.dates:
+            column, missing = self._date_column(rng.field)
+            if column is None:
+                continue
+            values = column.view()
+            inside = np.ones_like(mask)
+            if rng.start is not None:
+                inside &= values >= to_micros(rng.start)  # type: ignore[arg-type]
+            if rng.end is not None:
+                inside &= values < to_micros(rng.end)  # type: ignore[arg-type]
+            if missing is not None:
+                absent = values == missing
+                inside = (inside & ~absent) | (absent if rng.include_missing else False)
+            mask &= inside
+
+    def _date_column(self, name: str) -> tuple[Column | None, int | None]:
+        """The column holding a DateRange field for this kind, and the sentinel that stands for ``None``."""
+        if name == "created_at":
+            return self.created, None
+        if self.kind is Kind.FACT:
+            return {
+                "valid_at": (self.valid, _MIN),
+                "invalid_at": (self.invalid, _MAX),
+                "expired_at": (self.expired, _MAX),
+            }.get(name, (None, None))
+        if self.kind is Kind.EPISODE and name == "reference_time":
+            return self.valid, None
+        return None, None
 
 
 class InMemoryStore:
@@ -138,12 +213,16 @@ class InMemoryStore:
         }
         self._texts = {kind: TextIndex() for kind in _TEXT_KINDS}
         self._group_codes: dict[str, int] = {}
+        self._relation_codes: dict[str, int] = {}
+        self._masks: dict[tuple[Kind, Scope], tuple[int, int, int, Mask]] = {}  # key -> version, lo, hi, mask
         self._group_counts: dict[str, int] = {}
         self._names: dict[tuple[str, str], set[str]] = {}
         self._adjacent: dict[str, set[str]] = {}  # entity id -> ids of facts touching it
         self._episode_facts: dict[str, set[str]] = {}
         self._mentions_by_episode: dict[str, set[str]] = {}
         self._mentions_by_entity: dict[str, set[str]] = {}
+        self._members_by_community: dict[str, set[str]] = {}
+        self._members_by_entity: dict[str, set[str]] = {}
         self._timeline: dict[str, list[tuple[int, int]]] = {}  # group -> sorted (reference us, episode slot)
 
     # ------------------------------------------------------------------------------------------------------
@@ -210,6 +289,7 @@ class InMemoryStore:
             table.live += 1
             self._group_counts[record.group_id] = self._group_counts.get(record.group_id, 0) + 1
         table.records[slot] = record
+        table.version += 1
         table.alive[slot] = True
         table.group[slot] = self._group_codes.setdefault(record.group_id, len(self._group_codes))
         table.created[slot] = to_micros(record.created_at)
@@ -217,6 +297,7 @@ class InMemoryStore:
             table.valid[slot] = _us(record.valid_at, _MIN)
             table.invalid[slot] = _us(record.invalid_at, _MAX)
             table.expired[slot] = _us(record.expired_at, _MAX)
+            table.relation[slot] = self._relation_codes.setdefault(record.relation, len(self._relation_codes))
             for end in (record.source_id, record.target_id):
                 self._adjacent.setdefault(end, set()).add(record.id)
             for episode_id in record.episodes:
@@ -226,11 +307,15 @@ class InMemoryStore:
             table.valid[slot] = ref
             bisect.insort(self._timeline.setdefault(record.group_id, []), (ref, slot))
         elif isinstance(record, Entity):
+            table.set_labels(slot, record.labels)
             for name in (record.name, *record.aliases):
                 self._names.setdefault((record.group_id, normalize_name(name)), set()).add(record.id)
         elif isinstance(record, Mention):
             self._mentions_by_episode.setdefault(record.episode_id, set()).add(record.entity_id)
             self._mentions_by_entity.setdefault(record.entity_id, set()).add(record.episode_id)
+        elif isinstance(record, Membership):
+            self._members_by_community.setdefault(record.community_id, set()).add(record.entity_id)
+            self._members_by_entity.setdefault(record.entity_id, set()).add(record.community_id)
         index = self._vectors.get(record.kind)
         if index is not None:
             if vector is None:
@@ -250,6 +335,7 @@ class InMemoryStore:
         assert record is not None
         self._unindex(record, slot, keep_search=False)
         table.records[slot] = None
+        table.version += 1
         table.alive[slot] = False
         table.live -= 1
         self._group_counts[record.group_id] -= 1
@@ -272,6 +358,9 @@ class InMemoryStore:
         elif isinstance(record, Mention):
             self._discard(self._mentions_by_episode, record.episode_id, record.entity_id)
             self._discard(self._mentions_by_entity, record.entity_id, record.episode_id)
+        elif isinstance(record, Membership):
+            self._discard(self._members_by_community, record.community_id, record.entity_id)
+            self._discard(self._members_by_entity, record.entity_id, record.community_id)
         if not keep_search:
             if record.kind in self._vectors:
                 self._vectors[record.kind].remove(slot)
@@ -301,7 +390,7 @@ class InMemoryStore:
         table = self._tables[Kind(kind)]
         if group_ids is None:
             return table.live
-        return int(np.count_nonzero(table.mask(Scope(group_ids, _FAR_FUTURE, None), self._group_codes)))
+        return int(np.count_nonzero(self._mask(Kind(kind), Scope(group_ids, _FAR_FUTURE, None))))
 
     def groups(self) -> set[str]:
         return set(self._group_counts)
@@ -312,7 +401,7 @@ class InMemoryStore:
         if index is None:
             raise BackendError(f"{kind} records have no vectors to search")
         query = check_vectors(vector, self.dim)[0]
-        mask = self._tables[kind].mask(scope, self._group_codes)
+        mask = self._mask(kind, scope)
         return self._hits(kind, index.search(query, k, mask))
 
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
@@ -320,8 +409,27 @@ class InMemoryStore:
         index = self._texts.get(kind)
         if index is None:
             raise BackendError(f"{kind} records have no text to search")
-        mask = self._tables[kind].mask(scope, self._group_codes)
+        mask = self._mask(kind, scope)
         return self._hits(kind, index.search(query, k, mask))
+
+    def _mask(self, kind: Kind, scope: Scope) -> Mask:
+        """The scope's mask over a kind's slots, cached until the table changes: the methods of one search share
+        it. A default "now" scope moves with the clock, but its mask only changes when "now" crosses one of the
+        stored timestamps, so it is cached with the interval of times over which it holds. Read-only."""
+        table = self._tables[kind]
+        now = to_micros(scope.known_at)
+        moving = not scope.explicit_as_of and (scope.as_of is None or scope.as_of == scope.known_at)
+        key = (kind, replace(scope, known_at=_FAR_FUTURE, as_of=scope.as_of and _FAR_FUTURE) if moving else scope)
+        cached = self._masks.get(key)
+        if cached is not None and cached[0] == table.version and cached[1] <= now < cached[2]:
+            return cached[3]
+        mask = table.mask(scope, self._group_codes, self._relation_codes)
+        mask.setflags(write=False)
+        lo, hi = table.stable_interval(now, scope.as_of is not None) if moving else (_MIN, _MAX)
+        if len(self._masks) >= 64:  # explicit time points rarely repeat: keep the cache small
+            self._masks.clear()
+        self._masks[key] = (table.version, lo, hi, mask)
+        return mask
 
     def _hits(self, kind: Kind, found: list[tuple[int, float]]) -> list[Hit]:
         records = self._tables[kind].records
@@ -341,17 +449,21 @@ class InMemoryStore:
         table = self._tables[Kind.FACT]
         ids = set().union(*(self._adjacent.get(e, ()) for e in entity_ids)) if entity_ids else set()
         slots = sorted(table.slot_of[i] for i in ids)
-        facts = [table.records[s] for s in slots]
-        return [f for f in facts if scope is None or scope.admits(f)]  # type: ignore[misc]
+        if scope is None:
+            return [table.records[s] for s in slots]  # type: ignore[misc]
+        admitted = self._mask(Kind.FACT, scope)  # the cached scope mask: no per-fact Python time checks
+        return [table.records[s] for s in slots if admitted[s]]  # type: ignore[misc]
 
-    def bfs(self, seeds: Sequence[str], depth: int, scope: Scope) -> dict[str, int]:
+    def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:
         entities = self._tables[Kind.ENTITY]
         facts = self._tables[Kind.FACT]
         hops: dict[str, int] = {}
         queue: deque[str] = deque()
+        entity_ok = self._mask(Kind.ENTITY, scope)
+        fact_ok = self._mask(Kind.FACT, scope)
         for seed in seeds:
-            record = entities.get(seed)
-            if record is not None and seed not in hops and scope.admits(record):
+            slot = entities.slot_of.get(seed)
+            if slot is not None and seed not in hops and entity_ok[slot]:
                 hops[seed] = 0
                 queue.append(seed)
         while queue:
@@ -359,11 +471,14 @@ class InMemoryStore:
             if hops[current] >= depth:
                 continue
             for fact_id in self._adjacent.get(current, ()):
-                fact = facts.get(fact_id)
-                if not isinstance(fact, Fact) or not scope.admits(fact):
+                slot = facts.slot_of[fact_id]
+                if not fact_ok[slot]:
                     continue
+                fact: Fact = facts.records[slot]  # type: ignore[assignment]
                 other = fact.target_id if fact.source_id == current else fact.source_id
                 if other not in hops:
+                    if limit is not None and len(hops) >= limit:
+                        return hops
                     hops[other] = hops[current] + 1
                     queue.append(other)
         return hops
@@ -385,6 +500,22 @@ class InMemoryStore:
         found = [table.get(f"{ep}>{en}") for ep, en in pairs]
         return sorted((m for m in found if isinstance(m, Mention)), key=lambda m: table.slot_of[m.id])
 
+    def memberships(
+        self, community_ids: Sequence[str] | None = None, entity_ids: Sequence[str] | None = None
+    ) -> list[Membership]:
+        table = self._tables[Kind.MEMBERSHIP]
+        if community_ids is None and entity_ids is None:
+            return [m for m in table.records if isinstance(m, Membership)]
+        if community_ids is not None:
+            pairs = {(c, e) for c in community_ids for e in self._members_by_community.get(c, ())}
+            if entity_ids is not None:
+                wanted = set(entity_ids)
+                pairs = {p for p in pairs if p[1] in wanted}
+        else:
+            pairs = {(c, e) for e in entity_ids or () for c in self._members_by_entity.get(e, ())}
+        found = [table.get(f"{c}>{e}") for c, e in pairs]
+        return sorted((m for m in found if isinstance(m, Membership)), key=lambda m: table.slot_of[m.id])
+
     def episode_facts(self, episode_id: str) -> list[Fact]:
         table = self._tables[Kind.FACT]
         ids = self._episode_facts.get(episode_id, ())
@@ -395,6 +526,16 @@ class InMemoryStore:
         end = bisect.bisect_right(timeline, (to_micros(before), _MAX))
         records = self._tables[Kind.EPISODE].records
         return [records[slot] for _, slot in timeline[max(0, end - n) : end]]  # type: ignore[misc]
+
+    def episode_window(self, episode_id: str, before: int, after: int) -> list[Episode]:
+        episode = self._tables[Kind.EPISODE].get(episode_id)
+        if not isinstance(episode, Episode):
+            return []
+        timeline = self._timeline.get(episode.group_id, [])
+        table = self._tables[Kind.EPISODE]
+        at = bisect.bisect_left(timeline, (to_micros(episode.reference_time), table.slot_of[episode_id]))
+        records = table.records
+        return [records[slot] for _, slot in timeline[max(0, at - before) : at + after + 1]]  # type: ignore[misc]
 
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance

@@ -5,16 +5,21 @@
 * :class:`tkg.llm.openai.OpenAILLM` -- instructor over the ``openai`` client (OpenAI, vLLM, Ollama, llama.cpp).
 """
 
-from tkg.llm.base import LLMClient, LLMUsage, Prompt
-from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction
+from tkg.llm.base import LLMClient, LLMUsage, Prompt, Tokens
+from tkg.llm.guard import GuardedLLM, LLMPolicy
+from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction, Resolution
 from tkg.llm.scripted import ScriptedLLM
 
 __all__ = [
     "ExtractedEntity",
     "ExtractedFact",
     "GraphExtraction",
+    "GuardedLLM",
     "LLMClient",
+    "LLMPolicy",
     "LLMUsage",
     "Prompt",
+    "Resolution",
     "ScriptedLLM",
+    "Tokens",
 ]

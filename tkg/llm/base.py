@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -30,20 +31,66 @@ class Prompt:
 
 @runtime_checkable
 class LLMClient(Protocol):
-    """Answers a prompt with an instance of ``response_model`` (or raises :class:`tkg.errors.LLMError`)."""
+    """Answers a prompt with an instance of ``response_model`` (or raises :class:`tkg.errors.LLMError`).
+
+    A client may also offer ``generate_with_usage(prompt, response_model) -> (answer, Tokens)`` to report the
+    tokens a call really used; without it, tokens are estimated from characters (:func:`estimate_tokens`).
+    """
 
     def generate(self, prompt: Prompt, response_model: type[T]) -> T: ...
 
 
+class Tokens(NamedTuple):
+    """Tokens one call used. ``estimated``: counted as characters / 4, not reported by the server."""
+
+    prompt: int
+    completion: int
+    estimated: bool = False
+
+
+def estimate_tokens(prompt: Prompt, answer: BaseModel) -> Tokens:
+    """A rough count (4 characters per token) for clients that do not report usage."""
+    completion = len(json.dumps(answer.model_dump(mode="json"), ensure_ascii=False))
+    return Tokens(prompt=-(-prompt.chars // 4), completion=-(-completion // 4), estimated=True)
+
+
 @dataclass(slots=True)
 class LLMUsage:
-    """What one operation cost in LLM terms."""
+    """What one operation (or a whole memory, summed) cost in LLM terms."""
 
     calls: int = 0
     prompt_chars: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    #: Wall time spent waiting for the LLM (retries and back-off included), in seconds.
+    seconds: float = 0.0
+    #: Attempts beyond the first (rate limits, server errors, timeouts, malformed output).
+    retries: int = 0
+    failures: int = 0
+    #: True when some token counts are estimates (the client reported none).
+    estimated: bool = False
     by_prompt: dict[str, int] = field(default_factory=dict)
 
-    def record(self, prompt: Prompt) -> None:
+    def record(self, prompt: Prompt, tokens: Tokens | None = None, seconds: float = 0.0, retries: int = 0) -> None:
         self.calls += 1
         self.prompt_chars += prompt.chars
         self.by_prompt[prompt.name] = self.by_prompt.get(prompt.name, 0) + 1
+        self.seconds += seconds
+        self.retries += retries
+        if tokens is not None:
+            self.prompt_tokens += tokens.prompt
+            self.completion_tokens += tokens.completion
+            self.estimated = self.estimated or tokens.estimated
+
+    def add(self, other: LLMUsage) -> None:
+        """Add another usage into this one (totals)."""
+        self.calls += other.calls
+        self.prompt_chars += other.prompt_chars
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.seconds += other.seconds
+        self.retries += other.retries
+        self.failures += other.failures
+        self.estimated = self.estimated or other.estimated
+        for name, count in other.by_prompt.items():
+            self.by_prompt[name] = self.by_prompt.get(name, 0) + count

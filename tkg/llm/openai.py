@@ -11,7 +11,7 @@ from instructor.core import ValidationError as InstructorValidationError
 from pydantic import ValidationError as PydanticValidationError
 
 from tkg.errors import LLMError, ValidationError
-from tkg.llm.base import Prompt, T
+from tkg.llm.base import Prompt, T, Tokens
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -79,7 +79,7 @@ class OpenAILLM:
         max_tokens: int = 2048,
         max_retries: int = 1,
         timeout: float = 60.0,
-        http_retries: int = 2,
+        http_retries: int = 0,
         client: openai.OpenAI | None = None,
     ) -> None:
         if not model:
@@ -104,12 +104,16 @@ class OpenAILLM:
         return str(self._client.base_url).rstrip("/")
 
     def generate(self, prompt: Prompt, response_model: type[T]) -> T:
+        return self.generate_with_usage(prompt, response_model)[0]
+
+    def generate_with_usage(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens | None]:
+        """The answer and the tokens the server reported for it (None if it reported none)."""
         messages: list[Any] = [
             {"role": "system", "content": prompt.system},
             {"role": "user", "content": prompt.user},
         ]
         try:
-            result = self._instructor.chat.completions.create(
+            result, completion = self._instructor.chat.completions.create_with_completion(
                 model=self.model,
                 response_model=response_model,
                 messages=messages,
@@ -118,21 +122,30 @@ class OpenAILLM:
                 max_tokens=self.max_tokens,
             )
         except (openai.OpenAIError, InstructorError, PydanticValidationError, ValueError) as exc:
+            retryable, retry_after = _retry_hint(exc)
             raise LLMError(
                 f"LLM call {prompt.name!r} to {self.endpoint} (model {self.model!r}) failed: "
-                f"{self._reason(exc, response_model)}"
+                f"{self._reason(exc, response_model)}",
+                retryable=retryable,
+                retry_after=retry_after,
             ) from exc
         if not isinstance(result, response_model):
             raise LLMError(
                 f"LLM call {prompt.name!r} to {self.endpoint} (model {self.model!r}) returned "
-                f"{type(result).__name__}, not {response_model.__name__}"
+                f"{type(result).__name__}, not {response_model.__name__}",
+                retryable=True,
             )
         # instructor returns an instance of its own subclass of response_model carrying the raw completion;
         # rebuild a plain instance (already validated) so results compare, pickle and serialise like any other.
         fields = {name: getattr(result, name) for name in type(result).model_fields}
-        return response_model.model_construct(
+        plain = response_model.model_construct(
             _fields_set=set(result.model_fields_set), **fields, **(result.__pydantic_extra__ or {})
         )
+        usage = getattr(completion, "usage", None)
+        tokens = None
+        if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
+            tokens = Tokens(int(usage.prompt_tokens), int(usage.completion_tokens or 0))
+        return plain, tokens
 
     def _reason(self, exc: BaseException, response_model: type[T]) -> str:
         # instructor wraps both API errors and exhausted validation retries in InstructorRetryException, with
@@ -151,6 +164,29 @@ class OpenAILLM:
             tries = f" after {attempts} attempt(s)" if attempts else ""
             return f"the output did not fit {response_model.__name__}{tries}: {detail}"
         return detail
+
+
+def _retry_hint(exc: BaseException) -> tuple[bool, float | None]:
+    """Is the failure worth retrying, and after how long did the server ask us to wait?"""
+    if isinstance(exc, InstructorRetryException) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return True, None
+    if isinstance(exc, openai.APIStatusError):
+        retry_after = None
+        header = exc.response.headers.get("retry-after") if exc.response is not None else None
+        if header:
+            try:
+                retry_after = float(header)
+            except ValueError:
+                retry_after = None
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500, retry_after
+    if isinstance(exc, openai.OpenAIError):
+        return False, None
+    if isinstance(exc, IncompleteOutputException):
+        return False, None
+    # output that did not fit the schema: another sample may well fit
+    return True, None
 
 
 def _shorten(text: str) -> str:

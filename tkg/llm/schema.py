@@ -1,6 +1,8 @@
-"""Typed response models of the extraction prompts (instructor validates the LLM's output against these)."""
+"""Typed response models of the prompts (instructor validates the LLM's output against these)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -13,6 +15,9 @@ class ExtractedEntity(BaseModel):
         default="Entity", description="A short type such as Person, Organization, Place, Event, Object, Concept."
     )
     summary: str = Field(default="", description="One sentence on what the episode says about this entity.")
+    attributes: dict[str, Any] = Field(
+        default_factory=dict, description="Values of the attributes its declared type lists, if any were stated."
+    )
 
 
 class ExtractedFact(BaseModel):
@@ -32,6 +37,14 @@ class ExtractedFact(BaseModel):
     valid_until: str | None = Field(
         default=None, description="When the fact stopped holding, same form as valid_from; null if it still holds."
     )
+    extra_sources: list[str] = Field(
+        default_factory=list,
+        description="Other subjects the same fact holds for (e.g. all founders in 'A, B and C founded D').",
+    )
+    extra_targets: list[str] = Field(default_factory=list, description="Other objects the same fact holds for.")
+    attributes: dict[str, Any] = Field(
+        default_factory=dict, description="Values of the attributes its declared relation type lists, if stated."
+    )
 
 
 class GraphExtraction(BaseModel):
@@ -39,3 +52,33 @@ class GraphExtraction(BaseModel):
 
     entities: list[ExtractedEntity] = Field(default_factory=list)
     facts: list[ExtractedFact] = Field(default_factory=list)
+
+
+class EntityDecision(BaseModel):
+    """Whether a new name is an existing entity."""
+
+    new: int = Field(description="Number of the NEW ENTITY (N1 -> 1).")
+    same_as: int | None = Field(
+        default=None, description="Number of the existing entity it is (E3 -> 3), or null if it is none of them."
+    )
+
+
+class FactDecision(BaseModel):
+    """How a new fact relates to the existing facts listed with it."""
+
+    new: int = Field(description="Number of the NEW FACT (F1 -> 1).")
+    duplicate_of: int | None = Field(
+        default=None, description="Existing fact (X2 -> 2) that states the same thing, or null."
+    )
+    contradicts: list[int] = Field(
+        default_factory=list,
+        description="Existing facts (X numbers) that cannot be true at the same time as the new fact.",
+    )
+
+
+class Resolution(BaseModel):
+    """The batched resolution of one episode: entity identities, fact duplicates and contradictions."""
+
+    reasoning: str = Field(default="", description="Brief reasoning, written before the decisions.")
+    entities: list[EntityDecision] = Field(default_factory=list)
+    facts: list[FactDecision] = Field(default_factory=list)

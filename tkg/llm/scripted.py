@@ -50,4 +50,4 @@ class ScriptedLLM:
         try:
             return response_model.model_validate(answer)
         except PydanticValidationError as exc:
-            raise LLMError(f"scripted answer does not fit {response_model.__name__}: {exc}") from None
+            raise LLMError(f"scripted answer does not fit {response_model.__name__}: {exc}", retryable=True) from None

@@ -1,0 +1,753 @@
+#!/usr/bin/env python
+"""Retrieval benchmark on real multi-session conversations: LongMemEval_S and LoCoMo dev splits.
+
+tkg against plain BM25 (bm25s), plain dense (all-MiniLM-L6-v2 int8 ONNX) and their RRF hybrid, in the same run,
+under the protocol of ``shared/research/retrieval_baselines.md``:
+
+* every question's history is ingested into a fresh :class:`tkg.Memory` as message episodes
+  (``"Speaker: text"``, ``source="message"``, the session's timestamp, no LLM: each speaker becomes an entity);
+* the question is asked with its own date (the reference for relative time phrases);
+* turns, sessions (ranked by their best turn) and whole-session documents are scored with recall_any@k,
+  recall_all@k, recall_frac@k and NDCG@k (the official LongMemEval DCG) at k = 5 and 10, overall and by type.
+
+Embeddings are cached on disk (``benchmarks/out/emb_cache/``, keyed by model, max length and text), so each
+distinct text is embedded once, ever. Data files are read from ``shared/data`` and never copied.
+
+    python benchmarks/bench_retrieval.py --quick     # 1 LoCoMo conversation, 4 LongMemEval questions
+    python benchmarks/bench_retrieval.py             # both dev splits in full (first run embeds ~50k texts)
+    python benchmarks/bench_retrieval.py --latency   # also: hybrid search p50/p95 over 100k facts
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+ROOT = Path(__file__).resolve().parent
+OUT_DIR = ROOT / "out"
+DATA_CANDIDATES = [ROOT.parent.parent / "shared" / "data", ROOT.parent / "shared" / "data", Path("/work/shared/data")]
+KS = (5, 10)
+LEVELS = ("turn", "session", "session_doc")
+
+# ----------------------------------------------------------------------------------------------------------
+# data
+
+
+@dataclass(slots=True)
+class Turn:
+    id: str
+    session: str
+    speaker: str
+    text: str  # the text every system indexes (LoCoMo: "Speaker: text"; LongMemEval: the user's content)
+    time: datetime
+
+
+@dataclass(slots=True)
+class Question:
+    id: str
+    group: str  # question type (LongMemEval) or "catN name" (LoCoMo)
+    query: str
+    date: datetime
+    turns: list[Turn]  # the haystack, in conversation order
+    relevant_turns: set[str]
+    relevant_sessions: set[str]
+    history: str  # which haystack the question is asked against (questions of one LoCoMo conversation share it)
+
+
+@dataclass(slots=True)
+class Dataset:
+    name: str
+    questions: list[Question]
+    excluded: str
+
+
+def data_dir(explicit: str | None) -> Path:
+    for candidate in [Path(explicit)] if explicit else DATA_CANDIDATES:
+        if (candidate / "locomo").is_dir():
+            return candidate
+    sys.exit("cannot find shared/data (pass --data DIR)")
+
+
+def load_longmemeval(root: Path, limit: int | None) -> Dataset:
+    with gzip.open(root / "longmemeval" / "longmemeval_s_dev100.json.gz", "rt") as fh:
+        records = json.load(fh)
+    questions: list[Question] = []
+    skipped_abs = skipped_noevidence = 0
+    for record in records:
+        if record["question_id"].endswith("_abs"):
+            skipped_abs += 1
+            continue
+        turns: list[Turn] = []
+        relevant: set[str] = set()
+        seen: set[str] = set()
+        for sid, date, session in zip(
+            record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"], strict=True
+        ):
+            if sid in seen:  # three distractor sessions appear twice with identical content: drop the copy
+                continue
+            seen.add(sid)
+            when = datetime.strptime(date, "%Y/%m/%d (%a) %H:%M").replace(tzinfo=UTC)
+            for j, turn in enumerate(session):
+                if turn["role"] != "user":  # the official protocol indexes user turns only
+                    continue
+                tid = f"{sid}_{j + 1}"
+                turns.append(Turn(tid, sid, "user", turn["content"], when))
+                if turn.get("has_answer"):
+                    relevant.add(tid)
+        if not relevant:
+            skipped_noevidence += 1
+            continue
+        by_id = {t.id: t for t in turns}
+        questions.append(
+            Question(
+                id=record["question_id"],
+                group=record["question_type"],
+                query=record["question"],
+                date=datetime.strptime(record["question_date"], "%Y/%m/%d (%a) %H:%M").replace(tzinfo=UTC),
+                turns=turns,
+                relevant_turns=relevant,
+                relevant_sessions={by_id[t].session for t in relevant},
+                history=record["question_id"],
+            )
+        )
+    if limit is not None:
+        questions = _spread(questions, limit)
+    excluded = f"{skipped_abs} abstention (_abs), {skipped_noevidence} no user-side evidence turn"
+    return Dataset("LongMemEval_S", questions, excluded)
+
+
+_LOCOMO_CATEGORY = {1: "cat1 multi-hop", 2: "cat2 temporal", 3: "cat3 open-domain", 4: "cat4 single-hop"}
+
+
+def _evidence_ids(entries: Iterable[str], known: set[str]) -> set[str]:
+    found: set[str] = set()
+    for entry in entries:
+        for part in re.split(r"[;\s]+", str(entry)):
+            m = re.match(r"^D:?(\d+):0*(\d+)$", part.strip())
+            if m:
+                tid = f"D{int(m.group(1))}:{int(m.group(2))}"
+                if tid in known:
+                    found.add(tid)
+    return found
+
+
+def load_locomo(root: Path, limit: int | None) -> Dataset:
+    records = json.loads((root / "locomo" / "locomo10_dev.json").read_text())
+    if limit is not None:
+        records = records[: max(1, limit)]
+    questions: list[Question] = []
+    skipped_cat5 = skipped_empty = 0
+    for record in records:
+        conv = record["conversation"]
+        turns: list[Turn] = []
+        numbers = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k))
+        last = datetime.min.replace(tzinfo=UTC)
+        for n in numbers:
+            when = datetime.strptime(conv[f"session_{n}_date_time"].upper(), "%I:%M %p ON %d %B, %Y").replace(
+                tzinfo=UTC
+            )
+            last = max(last, when)
+            for turn in conv[f"session_{n}"]:
+                text = f"{turn['speaker']}: {turn['text']}"
+                if turn.get("blip_caption"):
+                    text += f" [shares image: {turn['blip_caption']}]"
+                turns.append(Turn(turn["dia_id"], f"D{n}", turn["speaker"], text, when))
+        known = {t.id for t in turns}
+        for i, qa in enumerate(record["qa"]):
+            if qa.get("category") not in _LOCOMO_CATEGORY:
+                skipped_cat5 += 1
+                continue
+            relevant = _evidence_ids(qa.get("evidence", []), known)
+            if not relevant:
+                skipped_empty += 1
+                continue
+            questions.append(
+                Question(
+                    id=f"{record['sample_id']}#{i}",
+                    group=_LOCOMO_CATEGORY[qa["category"]],
+                    query=qa["question"],
+                    # LoCoMo questions carry no date: they are asked a day after the last session.
+                    date=last + timedelta(days=1),
+                    turns=turns,
+                    relevant_turns=relevant,
+                    relevant_sessions={t.split(":")[0] for t in relevant},
+                    history=record["sample_id"],
+                )
+            )
+    excluded = f"{skipped_empty} no valid evidence id, {skipped_cat5} category 5 (adversarial)"
+    return Dataset("LoCoMo", questions, excluded)
+
+
+def _spread(questions: list[Question], limit: int) -> list[Question]:
+    """``limit`` questions spread over the types (the file is sorted by type)."""
+    if limit >= len(questions):
+        return questions
+    step = len(questions) / limit
+    return [questions[int(i * step)] for i in range(limit)]
+
+
+def session_docs(turns: Sequence[Turn], sep: str) -> tuple[list[str], list[str]]:
+    order: list[str] = []
+    texts: dict[str, list[str]] = {}
+    for turn in turns:
+        if turn.session not in texts:
+            order.append(turn.session)
+            texts[turn.session] = []
+        texts[turn.session].append(turn.text)
+    return order, [sep.join(texts[s]) for s in order]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# embeddings, cached on disk
+
+
+class EmbeddingCache:
+    """Vectors by text, persisted as one ``.npy`` matrix plus its keys (sha1 of model key and text)."""
+
+    def __init__(self, path: Path, model: Callable[[], Any], model_key: str) -> None:
+        self.path, self._model_factory, self.model_key = path, model, model_key
+        self._model: Any = None
+        self._vectors: dict[str, npt.NDArray[np.float32]] = {}
+        self.computed = 0
+        self.seconds = 0.0
+        keys_file, matrix_file = path / "keys.json", path / "vectors.npy"
+        if keys_file.exists() and matrix_file.exists():
+            keys = json.loads(keys_file.read_text())
+            matrix = np.load(matrix_file)
+            if len(keys) == len(matrix):
+                self._vectors = dict(zip(keys, matrix, strict=True))
+        self.cached_at_start = len(self._vectors)
+        self._dirty = False
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha1(f"{self.model_key}\x00{text}".encode()).hexdigest()
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        keys = [self._key(t) for t in texts]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._vectors))
+        if missing:
+            if self._model is None:
+                self._model = self._model_factory()
+            by_key = dict(zip(keys, texts, strict=True))
+            start = time.perf_counter()
+            vectors = self._model.embed([by_key[k] for k in missing])
+            self.seconds += time.perf_counter() - start
+            self.computed += len(missing)
+            self._vectors.update(zip(missing, np.asarray(vectors, dtype=np.float32), strict=True))
+            self._dirty = True
+        return np.stack([self._vectors[k] for k in keys]) if keys else np.zeros((0, 384), dtype=np.float32)
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        keys = list(self._vectors)
+        tmp = self.path / "vectors.tmp.npy"
+        np.save(tmp, np.stack([self._vectors[k] for k in keys]))
+        tmp.replace(self.path / "vectors.npy")
+        (self.path / "keys.json").write_text(json.dumps(keys))
+        self._dirty = False
+
+
+class CachedEmbedder:
+    """The tkg Embedder seam over the cache, so tkg's ingestion reuses the vectors the baselines computed."""
+
+    def __init__(self, cache: EmbeddingCache, name: str) -> None:
+        self._cache, self._name = cache, name
+        self.calls = 0
+        self.seconds = 0.0
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        start = time.perf_counter()
+        out = self._cache.embed(texts)
+        self.calls += 1
+        self.seconds += time.perf_counter() - start
+        return out
+
+
+def episode_text(turn: Turn, dataset: str) -> str:
+    """What tkg ingests: a message episode ``"Speaker: text"`` (LoCoMo's turn text already is one)."""
+    return turn.text if dataset == "LoCoMo" else f"{turn.speaker}: {turn.text}"
+
+
+def corpus_texts(ds: Dataset) -> list[str]:
+    """Every text any system of the run embeds, distinct, in a stable order (for one batched pre-embedding)."""
+    texts: dict[str, None] = {}
+    done: set[str] = set()
+    for q in ds.questions:
+        texts[q.query] = None
+        if q.history in done:
+            continue
+        done.add(q.history)
+        for t in q.turns:
+            texts[t.text] = None
+            texts[episode_text(t, ds.name)] = None
+            texts[t.speaker] = None
+        texts.update(dict.fromkeys(session_docs(q.turns, _DOC_SEP[ds.name])[1]))
+    return list(texts)
+
+
+_DOC_SEP = {"LongMemEval_S": " ", "LoCoMo": "\n"}
+
+
+def minilm_factory(threads: int) -> Callable[[], Any]:
+    def make() -> Any:
+        from tkg.embedders.onnx import MiniLMEmbedder
+
+        return MiniLMEmbedder(threads=threads, max_tokens=256)
+
+    return make
+
+
+# ----------------------------------------------------------------------------------------------------------
+# metrics (retrieval_baselines.md "Metrics")
+
+
+def dcg(ranked: Sequence[str], relevant: set[str], k: int) -> float:
+    # The official LongMemEval DCG: rel_1 + sum_{p=2..k} rel_p / log2(p) (ranks 1 and 2 undiscounted).
+    return sum(
+        (1.0 if p == 1 else 1.0 / math.log2(p)) for p, item in enumerate(ranked[:k], start=1) if item in relevant
+    )
+
+
+def scores_at(ranked: Sequence[str], relevant: set[str], k: int) -> dict[str, float]:
+    top = set(ranked[:k])
+    hit = len(top & relevant)
+    ideal = dcg([f"\x00{i}" for i in range(min(k, len(relevant)))], {f"\x00{i}" for i in range(len(relevant))}, k)
+    return {
+        f"recall_any@{k}": float(hit > 0),
+        f"recall_all@{k}": float(hit == len(relevant)),
+        f"recall_frac@{k}": hit / len(relevant),
+        f"ndcg@{k}": dcg(ranked, relevant, k) / ideal if ideal else 0.0,
+    }
+
+
+def sessions_by_best_turn(turns: Sequence[str], session_of: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(session_of[t] for t in turns))
+
+
+METRIC_ORDER = [f"{m}@{k}" for k in KS for m in ("recall_any", "recall_all", "recall_frac", "ndcg")]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# systems: each ranks the turns (and session documents) of one history for a question
+
+
+@dataclass(slots=True)
+class Ranking:
+    turns: list[str]
+    session_docs: list[str]
+    seconds: float
+
+
+class Baselines:
+    """bm25 (bm25s, Snowball stemming, English stop words), dense (MiniLM cosine) and their RRF hybrid (k = 60),
+    over the turns and over the session documents of one history."""
+
+    def __init__(self, turns: Sequence[Turn], dataset: str, cache: EmbeddingCache) -> None:
+        import bm25s
+        import Stemmer
+
+        self._bm25s = bm25s
+        self._stem = Stemmer.Stemmer("english").stemWords
+        self.turn_ids = [t.id for t in turns]
+        self.session_ids, docs = session_docs(turns, _DOC_SEP[dataset])
+        self._turn_index = self._bm25([t.text for t in turns])
+        self._doc_index = self._bm25(docs)
+        self._turn_vectors = cache.embed([t.text for t in turns])
+        self._doc_vectors = cache.embed(docs)
+        self._cache = cache
+
+    def _bm25(self, texts: Sequence[str]) -> Any:
+        index = self._bm25s.BM25()
+        index.index(
+            self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stem, show_progress=False),
+            show_progress=False,
+        )
+        return index
+
+    def _bm25_rank(self, index: Any, ids: Sequence[str], query: str) -> list[str]:
+        tokens = self._bm25s.tokenize(
+            [query], stopwords="en", stemmer=self._stem, return_ids=False, show_progress=False
+        )[0]
+        token_ids = index.get_tokens_ids(tokens)
+        if not token_ids:
+            return []
+        scores = index.get_scores_from_ids(token_ids)
+        order = np.argsort(-scores, kind="stable")
+        return [ids[i] for i in order if scores[i] > 0]
+
+    @staticmethod
+    def _dense_rank(vectors: npt.NDArray[np.float32], ids: Sequence[str], query: npt.NDArray[np.float32]) -> list[str]:
+        scores = np.einsum("ij,j->i", vectors, query)
+        return [ids[i] for i in np.argsort(-scores, kind="stable")]
+
+    @staticmethod
+    def _rrf(first: list[str], second: list[str], k: int = 60) -> list[str]:
+        scores: dict[str, float] = {}
+        for ranking in (first, second):
+            for rank, item in enumerate(ranking, start=1):
+                scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+        order = {item: i for i, item in enumerate(dict.fromkeys(first + second))}
+        return sorted(scores, key=lambda item: (-scores[item], order[item]))
+
+    def rank(self, query: str) -> dict[str, Ranking]:
+        out: dict[str, Ranking] = {}
+        start = time.perf_counter()
+        bm25_turns = self._bm25_rank(self._turn_index, self.turn_ids, query)
+        t_bm25 = time.perf_counter() - start
+        bm25_docs = self._bm25_rank(self._doc_index, self.session_ids, query)
+        start = time.perf_counter()
+        qvec = self._cache.embed([query])[0]
+        dense_turns = self._dense_rank(self._turn_vectors, self.turn_ids, qvec)
+        t_dense = time.perf_counter() - start
+        dense_docs = self._dense_rank(self._doc_vectors, self.session_ids, qvec)
+        out["bm25"] = Ranking(bm25_turns, bm25_docs, t_bm25)
+        out["dense"] = Ranking(dense_turns, dense_docs, t_dense)
+        start = time.perf_counter()
+        hybrid_turns = self._rrf(bm25_turns, dense_turns)
+        out["hybrid"] = Ranking(
+            hybrid_turns, self._rrf(bm25_docs, dense_docs), t_bm25 + t_dense + time.perf_counter() - start
+        )
+        return out
+
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+
+
+class TkgSystem:
+    """One :class:`tkg.Memory` per history: every turn a message episode (no LLM), asked through ``search``."""
+
+    def __init__(self, turns: Sequence[Turn], dataset: str, cache: EmbeddingCache, config: Any, group: str) -> None:
+        from tkg import FixedClock, Memory
+
+        self.group = re.sub(r"[^A-Za-z0-9_.:\-]", "_", group)[:100] or "g"
+        self.embedder = CachedEmbedder(cache, "all-MiniLM-L6-v2-int8")
+        self.memory = Memory(embedder=self.embedder, clock=FixedClock("2030-01-01T00:00:00Z", tick=timedelta(0, 0, 1)))
+        self.config = config
+        self.turn_of: dict[str, str] = {}
+        self.session_of = {t.id: t.session for t in turns}
+        start = time.perf_counter()
+        for i, turn in enumerate(turns):
+            episode_id = turn.id if _SAFE_ID.match(turn.id) else f"t{i}"
+            self.turn_of[episode_id] = turn.id
+            self.memory.add_episode(
+                episode_text(turn, dataset),
+                source="message",
+                reference_time=turn.time,
+                group_id=self.group,
+                episode_id=episode_id,
+            )
+        flush = getattr(self.memory.store, "flush", None)
+        if flush is not None:
+            flush()  # fold the fresh tails into the bulk indexes, as a long-running memory would have
+        self.ingest_seconds = time.perf_counter() - start
+
+    def rank(self, question: Question) -> Ranking:
+        start = time.perf_counter()
+        results = self.memory.search(
+            question.query, group_ids=[self.group], config=self.config, reference_time=question.date
+        )
+        seconds = time.perf_counter() - start
+        turns = [self.turn_of[s.record.id] for s in results.episodes]
+        # Whole sessions ranked by the sum of their three best turn scores.
+        per_session: dict[str, list[float]] = {}
+        for scored in results.episodes:
+            per_session.setdefault(self.session_of[self.turn_of[scored.record.id]], []).append(scored.score)
+        docs = sorted(per_session, key=lambda s: -sum(sorted(per_session[s], reverse=True)[:3]))
+        return Ranking(turns, docs, seconds)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the run
+
+
+def tkg_configs(args: argparse.Namespace) -> dict[str, Any]:
+    from tkg.search_config import EpisodeContext, Reranker, SearchConfig, TargetConfig
+
+    depth = TargetConfig(limit=100, candidate_factor=2)
+    context = EpisodeContext(
+        bm25_weight=args.bm25_weight,
+        cosine_weight=args.cosine_weight,
+        session_weight=args.session_weight,
+        neighbours=args.neighbours,
+        neighbour_weight=args.neighbour_weight,
+        entity_weight=args.entity_weight,
+        time_weight=args.time_weight,
+    )
+    return {
+        "tkg-rrf": SearchConfig(episodes=depth),
+        "tkg": SearchConfig(
+            episodes=TargetConfig(limit=100, candidate_factor=2, reranker=Reranker.EPISODE_CONTEXT, context=context)
+        ),
+    }
+
+
+@dataclass(slots=True)
+class Collected:
+    rows: dict[tuple[str, str, str], list[dict[str, float]]] = field(default_factory=dict)  # (system, level, group)
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    build: dict[str, float] = field(default_factory=dict)
+
+    def add(self, system: str, level: str, group: str, values: dict[str, float]) -> None:
+        for g in ("overall", group):
+            self.rows.setdefault((system, level, g), []).append(values)
+
+
+def evaluate(ds: Dataset, cache: EmbeddingCache, args: argparse.Namespace) -> Collected:
+    out = Collected()
+    configs = tkg_configs(args)
+    by_history: dict[str, list[Question]] = {}
+    for q in ds.questions:
+        by_history.setdefault(q.history, []).append(q)
+    for n, (history, questions) in enumerate(by_history.items(), start=1):
+        turns = questions[0].turns
+        session_of = {t.id: t.session for t in turns}
+        start = time.perf_counter()
+        baselines = Baselines(turns, ds.name, cache)
+        out.build["baselines"] = out.build.get("baselines", 0.0) + time.perf_counter() - start
+        memory = TkgSystem(turns, ds.name, cache, None, history)  # one memory; each tkg config searches it
+        out.build["tkg ingest"] = out.build.get("tkg ingest", 0.0) + memory.ingest_seconds
+        for q in questions:
+            rankings = baselines.rank(q.query)
+            for name, config in configs.items():
+                memory.config = config
+                rankings[name] = memory.rank(q)
+            for system, ranking in rankings.items():
+                out.seconds.setdefault(system, []).append(ranking.seconds)
+                levels = {
+                    "turn": (ranking.turns, q.relevant_turns),
+                    "session": (sessions_by_best_turn(ranking.turns, session_of), q.relevant_sessions),
+                    "session_doc": (ranking.session_docs, q.relevant_sessions),
+                }
+                for level, (ranked, relevant) in levels.items():
+                    values: dict[str, float] = {}
+                    for k in KS:
+                        values.update(scores_at(ranked, relevant, k))
+                    out.add(system, level, q.group, values)
+        if args.progress:
+            print(f"  {ds.name}: {n}/{len(by_history)} histories, {len(turns)} turns", file=sys.stderr, flush=True)
+    cache.save()
+    return out
+
+
+SYSTEM_ORDER = ["bm25", "dense", "hybrid", "tkg-rrf", "tkg"]
+HEADLINE = [(level, m) for level in LEVELS for m in ("recall_all@5", "recall_all@10", "ndcg@10")]
+_SHORT = {"recall_all@5": "R_all@5", "recall_all@10": "R_all@10", "ndcg@10": "NDCG@10"}
+
+
+def mean_of(rows: list[dict[str, float]], metric: str) -> float:
+    return statistics.fmean(r[metric] for r in rows) if rows else float("nan")
+
+
+def headline_table(results: list[tuple[Dataset, Collected]]) -> str:
+    head = "| dataset (n) | system | " + " | ".join(f"{lv} {_SHORT[m]}" for lv, m in HEADLINE) + " |"
+    lines = [head, "|---|---|" + "---:|" * len(HEADLINE)]
+    for ds, col in results:
+        systems = [s for s in SYSTEM_ORDER if (s, "turn", "overall") in col.rows]
+        best = {key: max(mean_of(col.rows[(s, key[0], "overall")], key[1]) for s in systems) for key in HEADLINE}
+        for system in systems:
+            cells = []
+            for key in HEADLINE:
+                value = mean_of(col.rows[(system, key[0], "overall")], key[1])
+                cells.append(f"**{value:.3f}**" if abs(value - best[key]) < 1e-12 else f"{value:.3f}")
+            lines.append(f"| {ds.name} ({len(ds.questions)}) | {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def detail_tables(ds: Dataset, col: Collected) -> str:
+    systems = [s for s in SYSTEM_ORDER if (s, "turn", "overall") in col.rows]
+    groups = ["overall", *sorted({q.group for q in ds.questions}, key=_group_order)]
+    parts = [f"### {ds.name} / dev\n", f"Scorable questions: {len(ds.questions)} (excluded: {ds.excluded}).\n"]
+    for level in LEVELS:
+        parts.append(f"#### {ds.name} / dev: level `{level}`\n")
+        parts.append("| group | system | n | " + " | ".join(METRIC_ORDER) + " |")
+        parts.append("|---|---|---|" + "---|" * len(METRIC_ORDER))
+        for group in groups:
+            for system in systems:
+                rows = col.rows.get((system, level, group), [])
+                if rows:
+                    cells = " | ".join(f"{mean_of(rows, m):.3f}" for m in METRIC_ORDER)
+                    parts.append(f"| {group} | {system} | {len(rows)} | {cells} |")
+        parts.append("")
+    parts.append(f"#### {ds.name} / dev: timing\n")
+    parts.append("| system | queries | mean (ms) | p50 (ms) | p95 (ms) |")
+    parts.append("|---|---|---|---|---|")
+    for system in systems:
+        ms = [s * 1000 for s in col.seconds.get(system, [])]
+        if ms:
+            parts.append(
+                f"| {system} | {len(ms)} | {statistics.fmean(ms):.2f} | {_pct(ms, 50):.2f} | {_pct(ms, 95):.2f} |"
+            )
+    parts.append("")
+    parts.append(
+        "Build: " + ", ".join(f"{k} {v:.1f} s" for k, v in col.build.items()) + " (embeddings come from the cache)."
+    )
+    return "\n".join(parts)
+
+
+_TYPE_ORDER = [
+    "single-session-user",
+    "single-session-assistant",
+    "single-session-preference",
+    "multi-session",
+    "knowledge-update",
+    "temporal-reasoning",
+]
+
+
+def _group_order(group: str) -> tuple[int, str]:
+    return (_TYPE_ORDER.index(group), group) if group in _TYPE_ORDER else (len(_TYPE_ORDER), group)
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# latency of a full hybrid search over a large in-memory graph
+
+
+def latency(n_facts: int, n_queries: int) -> dict[str, Any]:
+    """p50/p95 of ``Memory.search`` with the ``hybrid_bfs`` preset (facts and entities by cosine, BM25 and BFS
+    from the hits; episodes by cosine and BM25; all fused by RRF) over the core benchmark's synthetic graph."""
+    import random
+
+    import bench_core
+
+    import tkg
+    from tkg.backends.memory import InMemoryStore
+
+    rng = random.Random(0)
+    hasher = tkg.HashEmbedder(dim=384)
+    start = time.perf_counter()
+    records, vocab, _ = bench_core.build_records(n_facts, rng, hasher)
+    store = InMemoryStore(dim=384)
+    store.load(records)
+    build_s = time.perf_counter() - start
+    del records
+    queries = bench_core.query_texts(rng, vocab, n_queries + 20)
+    vectors = dict(zip(queries, hasher.embed(queries), strict=True))
+
+    class Precomputed:  # the query vectors are made beforehand: this measures the search, not the embedder
+        dim, name = 384, hasher.name
+
+        def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+            return np.stack([vectors[t] for t in texts])
+
+    memory = tkg.Memory(store, embedder=Precomputed(), clock=tkg.FixedClock(bench_core.CLOCK_START))
+    out: dict[str, Any] = {"facts": n_facts, "build_s": build_s}
+    for name in ("hybrid", "hybrid_bfs"):
+        for q in queries[:20]:  # warm-up
+            memory.search(q, group_ids=[bench_core.GROUP], config=name)
+        times = []
+        for q in queries[20:]:
+            t0 = time.perf_counter()
+            memory.search(q, group_ids=[bench_core.GROUP], config=name)
+            times.append((time.perf_counter() - t0) * 1000)
+        out[name] = {"p50_ms": _pct(times, 50), "p95_ms": _pct(times, 95), "mean_ms": statistics.fmean(times)}
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="1 LoCoMo conversation and 6 LongMemEval questions")
+    p.add_argument("--datasets", default="longmemeval,locomo", help="comma-separated: longmemeval, locomo")
+    p.add_argument("--lme-limit", type=int, help="LongMemEval questions (spread over the types)")
+    p.add_argument("--locomo-limit", type=int, help="LoCoMo conversations")
+    p.add_argument("--data", help="the shared/data folder (default: found beside the repository)")
+    p.add_argument("--threads", type=int, default=2, help="onnxruntime threads for embedding (default 2)")
+    p.add_argument("--latency", action="store_true", help="also measure hybrid search latency over --latency-facts")
+    p.add_argument("--latency-facts", type=int, default=100_000)
+    p.add_argument("--latency-queries", type=int, default=300)
+    p.add_argument("--out", default=str(OUT_DIR / "retrieval.json"))
+    p.add_argument("--progress", action="store_true", help="print progress per history to stderr")
+    # the episode_context reranker's weights (defaults: tkg.search_config.EpisodeContext's)
+    p.add_argument("--bm25-weight", type=float, default=1.0)
+    p.add_argument("--cosine-weight", type=float, default=1.0)
+    p.add_argument("--session-weight", type=float, default=0.3)
+    p.add_argument("--neighbours", type=int, default=1)
+    p.add_argument("--neighbour-weight", type=float, default=0.15)
+    p.add_argument("--entity-weight", type=float, default=0.1)
+    p.add_argument("--time-weight", type=float, default=0.2)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.lme_limit = args.lme_limit or 6
+        args.locomo_limit = args.locomo_limit or 1
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = data_dir(args.data)
+    cache = EmbeddingCache(OUT_DIR / "emb_cache", minilm_factory(args.threads), "all-MiniLM-L6-v2-int8/256")
+    results: list[tuple[Dataset, Collected]] = []
+    wall = time.perf_counter()
+    for name in args.datasets.split(","):
+        loader = {"longmemeval": load_longmemeval, "locomo": load_locomo}[name.strip()]
+        ds = loader(root, args.lme_limit if name.strip() == "longmemeval" else args.locomo_limit)
+        before = cache.computed
+        t0 = time.perf_counter()
+        cache.embed(corpus_texts(ds))  # one batched pass over every distinct text the run needs
+        cache.save()
+        print(
+            f"{ds.name}: {len(ds.questions)} questions; embedded {cache.computed - before} new texts in "
+            f"{time.perf_counter() - t0:.1f} s ({cache.cached_at_start} cached at start)",
+            file=sys.stderr,
+            flush=True,
+        )
+        results.append((ds, evaluate(ds, cache, args)))
+    print("## Headline: dev splits\n")
+    print(headline_table(results))
+    print()
+    for ds, col in results:
+        print(detail_tables(ds, col))
+        print()
+    report: dict[str, Any] = {"args": vars(args), "wall_s": time.perf_counter() - wall}
+    for ds, col in results:
+        report[ds.name] = {
+            f"{s}|{lv}|{g}": {m: mean_of(rows, m) for m in METRIC_ORDER} | {"n": len(rows)}
+            for (s, lv, g), rows in col.rows.items()
+        }
+    if args.latency:
+        lat = latency(args.latency_facts, args.latency_queries)
+        report["latency"] = lat
+        print(f"### Latency: Memory.search over {lat['facts']:,} facts in memory (query vectors precomputed)\n")
+        print("| preset | p50 (ms) | p95 (ms) | mean (ms) | target p95 < 5 ms |")
+        print("|---|---|---|---|---|")
+        for name in ("hybrid", "hybrid_bfs"):
+            r = lat[name]
+            verdict = "PASS" if r["p95_ms"] < 5 else "MISS"
+            print(f"| {name} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['mean_ms']:.2f} | {verdict} |")
+        print(f"\n(graph build and index load: {lat['build_s']:.1f} s)")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    print(f"\nwall time {time.perf_counter() - wall:.0f} s; written {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The context constructor χ: the string, the typed form, and budgets in characters and tokens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tkg import FixedClock, HashEmbedder, Memory
+from tkg.context import Context, approx_tokens, construct
+from tkg.errors import ValidationError
+from tkg.memory import FactInput
+from tkg.models import Community, Entity
+from tkg.search import Scored, SearchResults
+
+
+@pytest.fixture
+def memory() -> Memory:
+    m = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"))
+    facts = [FactInput(f"Person{i}", "KNOWS", f"Friend{i}", fact=f"Person{i} knows Friend{i} well") for i in range(15)]
+    facts.append(
+        FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z", invalid_at="2022-03-01T00:00:00Z")
+    )
+    m.add_facts(facts, group_id="g")
+    m.add_episode("Ann: I left Acme in March 2022", group_id="g", reference_time="2024-05-01T00:00:00Z")
+    return m
+
+
+def test_context_string_has_date_ranges_and_sections(memory):
+    text = memory.context("Ann Acme", group_ids="g", include_invalidated=True, include_episodes=True)
+    assert "- Ann works at Acme (2020-01-01 00:00 UTC - 2022-03-01 00:00 UTC)" in text
+    assert "<FACTS>" in text and "<ENTITIES>" in text and "<EPISODES>" in text
+    assert "[2024-05-01 00:00 UTC] Ann: I left Acme" in text
+    assert "<EPISODES>" not in memory.context("Ann Acme", group_ids="g")
+
+
+def test_retrieve_returns_typed_results_beside_the_string(memory):
+    ctx = memory.retrieve("knows well", group_ids="g", limit=5)
+    assert isinstance(ctx, Context) and str(ctx) == ctx.text
+    assert len(ctx.facts) == 5 and all(s.record.fact in ctx.text for s in ctx.facts)
+    assert all(s.record.name in ctx.text for s in ctx.entities)
+    assert ctx.dropped == 0
+
+
+@pytest.mark.parametrize("budget", [0, 120, 300, 700])
+def test_character_budget_is_filled_best_first(memory, budget):
+    full = memory.retrieve("knows well", group_ids="g", limit=15)
+    short = memory.retrieve("knows well", group_ids="g", limit=15, max_chars=budget)
+    assert len(short.text) <= budget
+    # what is kept is a prefix of each ranked list: nothing is skipped for a lower-ranked line
+    assert [s.record.id for s in short.facts] == [s.record.id for s in full.facts][: len(short.facts)]
+    assert [s.record.id for s in short.entities] == [s.record.id for s in full.entities][: len(short.entities)]
+    assert short.dropped == len(full.facts) + len(full.entities) - len(short.facts) - len(short.entities)
+    if budget >= 300:  # room for a few lines: the top of every list is there, not one list whole
+        assert short.facts and short.entities
+
+
+def test_token_budget_with_a_custom_counter(memory):
+    words = memory.retrieve("knows well", group_ids="g", limit=15, max_tokens=40, count_tokens=lambda t: len(t.split()))
+    assert len(words.text.split()) <= 40
+    approx = memory.retrieve("knows well", group_ids="g", limit=15, max_tokens=60)
+    assert approx_tokens(approx.text) <= 60
+    assert memory.context("knows well", group_ids="g", max_tokens=60) == approx.text
+
+
+def test_communities_and_bad_budgets():
+    t = datetime(2024, 1, 1, tzinfo=UTC)
+    results = SearchResults(
+        query="q",
+        entities=[Scored(Entity(id="e", group_id="g", name="Ann", created_at=t, summary="an engineer"), 1.0)],
+        communities=[Scored(Community(id="c", group_id="g", name="Chess club", created_at=t, summary="players"), 1.0)],
+    )
+    text = construct(results).text
+    assert "- Ann: an engineer" in text and "<COMMUNITIES>" in text and "- Chess club: players" in text
+    assert text.index("<ENTITIES>") < text.index("<COMMUNITIES>")
+    with pytest.raises(ValidationError):
+        construct(results, max_chars=-1)
+    with pytest.raises(ValidationError):
+        construct(results, max_tokens=1.5)  # type: ignore[arg-type]
+    assert construct(SearchResults(query="q")).text == ""

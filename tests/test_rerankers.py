@@ -1,0 +1,131 @@
+"""Rerankers as pure functions (RRF, MMR, normalisation), the cross-encoder seam, and the episode-context reranker."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tkg import FixedClock, HashEmbedder, Memory, ScriptedLLM
+from tkg.episode_context import time_phrase
+from tkg.errors import ConfigurationError, LLMError
+from tkg.ranking import mmr, normalized, reorder, rrf
+from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer, TermOverlapScorer
+from tkg.search_config import EpisodeContext, Reranker, SearchConfig, TargetConfig
+from tkg.storage import Hit
+
+
+def test_rrf_constant_and_order():
+    a, b = [Hit("x", 9), Hit("y", 8)], [Hit("y", 1), Hit("z", 0.5)]
+    fused = rrf([a, b], k=60)
+    assert [h.id for h in fused] == ["y", "x", "z"]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+    assert rrf([a, b], k=1)[0].score == pytest.approx(1 / 3 + 1 / 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=6), max_size=4))
+def test_rrf_scores_are_sorted_and_cover_every_item(lists):
+    fused = rrf([[Hit(i, 1.0) for i in items] for items in lists])
+    assert {h.id for h in fused} == {i for items in lists for i in items}
+    assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
+
+
+def test_mmr_is_greedy_and_penalises_duplicates():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=8).astype(np.float32)
+    base /= np.linalg.norm(base)
+    other = rng.normal(size=8).astype(np.float32)
+    other /= np.linalg.norm(other)
+    vectors = np.stack([base, base, other])
+    query = (0.9 * base + 0.1 * other).astype(np.float32)
+    assert [h.id for h in mmr(query, ["a", "dup", "b"], vectors, 1.0, 3)] == ["a", "dup", "b"]
+    assert [h.id for h in mmr(query, ["a", "dup", "b"], vectors, 0.3, 3)] == ["a", "b", "dup"]
+    assert mmr(query, [], vectors[:0], 0.5, 3) == []
+
+
+def test_normalized_and_reorder():
+    assert normalized([Hit("a", 3.0), Hit("b", 1.0), Hit("c", 2.0)]) == {"a": 1.0, "b": 0.0, "c": 0.5}
+    assert normalized([Hit("a", 2.0)]) == {"a": 1.0}
+    assert reorder([Hit("a", 1), Hit("b", 1), Hit("c", 1)], {"c": 2.0, "b": 0.0}) == [
+        Hit("c", 2.0),
+        Hit("a", 0.0),
+        Hit("b", 0.0),
+    ]
+
+
+def test_scorers_follow_the_seam():
+    for scorer in (TermOverlapScorer(), EmbeddingScorer(HashEmbedder(dim=32))):
+        assert isinstance(scorer, CrossEncoder)
+        scores = scorer.score("alice works at acme", ["alice works at acme", "the weather is nice"])
+        assert len(scores) == 2 and scores[0] > scores[1]
+        assert scorer.score("q", []) == []
+    assert TermOverlapScorer().score("the of", ["anything"]) == [0.0]
+
+
+def test_llm_scorer_uses_one_call_and_checks_indexes():
+    llm = ScriptedLLM([{"grades": [{"index": 2, "relevance": 1.0}]}, {"grades": [{"index": 5, "relevance": 1.0}]}])
+    assert LLMScorer(llm).score("q", ["a", "b", "c"]) == [0.0, 0.0, 1.0]
+    assert len(llm.calls) == 1 and "[2] c" in llm.calls[0].user
+    with pytest.raises(LLMError):
+        LLMScorer(llm).score("q", ["a"])
+
+
+def test_time_phrases():
+    assert time_phrase("What did I do last weekend?") == "last weekend"
+    assert time_phrase("Where was I on 3rd of May 2023?") == "3rd of May 2023"
+    assert time_phrase("Which book did I read in March?") == "March"
+    assert time_phrase("How many days ago did I start?") is None
+
+
+def _conversation() -> Memory:
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-07-01T00:00:00Z"))
+    sessions = [
+        ("2024-05-01T10:00:00Z", ["Ann: do you still have the violin", "Bob: yes, I practise every evening"]),
+        ("2024-06-10T10:00:00Z", ["Bob: what happened at work", "Ann: I got promoted to lead engineer"]),
+        ("2024-06-20T10:00:00Z", ["Ann: the weather is lovely", "Bob: let us walk in the park"]),
+    ]
+    for when, turns in sessions:
+        for text in turns:
+            memory.add_episode(text, group_id="c", reference_time=when)
+    return memory
+
+
+def _context(**weights: float) -> SearchConfig:
+    context = EpisodeContext(
+        **{"session_weight": 0.0, "neighbour_weight": 0.0, "entity_weight": 0.0, "time_weight": 0.0, **weights}
+    )  # type: ignore[arg-type]
+    return SearchConfig(episodes=TargetConfig(reranker=Reranker.EPISODE_CONTEXT, context=context, limit=6))
+
+
+def test_episode_context_neighbours_lift_the_answering_turn():
+    memory = _conversation()
+    plain = memory.search("violin", group_ids="c", config=_context())
+    assert plain.episodes[0].record.content == "Ann: do you still have the violin"
+    lifted = memory.search("violin", group_ids="c", config=_context(neighbour_weight=0.5))
+    contents = [s.record.content for s in lifted.episodes]
+    # the reply, which shares no word with the query, is now found next to the question it answers
+    assert contents[:2] == ["Ann: do you still have the violin", "Bob: yes, I practise every evening"]
+
+
+def test_episode_context_sessions_entities_and_time():
+    memory = _conversation()
+    session = memory.search("what happened at work", group_ids="c", config=_context(session_weight=1.0))
+    assert {s.record.content for s in session.episodes[:2]} == {
+        "Bob: what happened at work",
+        "Ann: I got promoted to lead engineer",
+    }
+    by_ann = memory.search("Ann weather park", group_ids="c", config=_context(entity_weight=1.0))
+    assert by_ann.episodes[0].record.content == "Ann: the weather is lovely"
+    timed = memory.search(
+        "what did we talk about two months ago",
+        group_ids="c",
+        config=_context(time_weight=5.0),
+        reference_time="2024-07-01T00:00:00Z",
+    )
+    assert timed.episodes[0].record.reference_time.month == 5
+    with pytest.raises(ConfigurationError):
+        EpisodeContext(session_gap=timedelta(seconds=-1))

@@ -1,0 +1,242 @@
+"""The search function: presets, methods, rerankers, scores, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+import pytest
+
+from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig, ScriptedLLM
+from tkg.errors import ConfigurationError, NotFoundError, TimestampError, UnknownGroupError, ValidationError
+from tkg.memory import FactInput
+from tkg.models import Community, Kind, Membership
+from tkg.rerankers import TermOverlapScorer
+from tkg.search_config import (
+    PRESETS,
+    BfsOrigin,
+    Method,
+    Reranker,
+    SearchConfig,
+    TargetConfig,
+    preset,
+)
+from tkg.storage import WriteBatch
+from tkg.timeline import DateRange, Filters
+
+CHAIN = [("Ann", "Bob"), ("Bob", "Cid"), ("Cid", "Dee"), ("Dee", "Eve"), ("Eve", "Fay")]
+
+
+@pytest.fixture
+def memory() -> Memory:
+    # communities=None: the community tests below write their own communities
+    m = Memory(
+        embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"), config=MemoryConfig(communities=None)
+    )
+    m.add_facts(
+        [FactInput(a, "KNOWS", b, fact=f"{a} knows {b} from the chess club") for a, b in CHAIN]
+        + [
+            FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z", invalid_at="2022-01-01T00:00:00Z"),
+            FactInput("Ann", "WORKS_AT", "Globex", valid_at="2022-01-01T00:00:00Z", object_label="Organization"),
+        ],
+        group_id="g",
+    )
+    m.add_episode("Ann: I joined the chess club at Globex", group_id="g", reference_time="2024-05-01T10:00:00Z")
+    m.add_episode("Bob: nice, I play there on Fridays", group_id="g", reference_time="2024-05-01T10:01:00Z")
+    m.add_facts([FactInput("Zed", "KNOWS", "Ann", fact="Zed knows Ann from the chess club")], group_id="other")
+    return m
+
+
+def entity_id(memory: Memory, name: str, group: str = "g") -> str:
+    found = memory.store.entities_by_name(group, [name])
+    return next(iter(found.values()))[0].id
+
+
+def test_every_preset_runs_and_returns_scores(memory):
+    center = entity_id(memory, "Ann")
+    for name in PRESETS:
+        results = memory.search("who knows Ann from chess", group_ids="g", config=name, center=center)
+        for target in preset(name).targets:
+            for scored in getattr(results, target):
+                assert isinstance(scored.score, float)
+                assert scored.record.group_id == "g"  # never another tenant's data
+
+
+def test_search_does_not_mutate_presets(memory):
+    before = dataclasses.replace(PRESETS["hybrid"])
+    memory.search("chess", config="hybrid", limit=1)
+    assert PRESETS["hybrid"] == before and PRESETS["hybrid"].facts.limit == 10  # type: ignore[union-attr]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PRESETS["hybrid"].facts.limit = 3  # type: ignore[misc, union-attr]
+
+
+def test_limits_and_targets_narrow_a_config(memory):
+    results = memory.search("chess club", group_ids="g", config="full", limit=2, targets=["facts", "entities"])
+    assert len(results.facts) == 2 and len(results.entities) <= 2 and results.episodes == []
+    with pytest.raises(ValidationError):
+        memory.search("chess", config="facts", targets=["episodes"])
+
+
+def test_bfs_reaches_what_text_search_cannot(memory):
+    ann = entity_id(memory, "Ann")
+    config = SearchConfig(
+        entities=TargetConfig(methods=(Method.BFS,), bfs_origin=BfsOrigin.GIVEN, bfs_depth=2, limit=20),
+        facts=TargetConfig(methods=(Method.BFS,), bfs_origin=BfsOrigin.GIVEN, bfs_depth=2, limit=20),
+    )
+    found = memory.search("unrelated words", group_ids="g", config=config, origins=[ann])
+    names = [s.record.name for s in found.entities]
+    assert names[0] == "Ann" and set(names) == {"Ann", "Bob", "Cid", "Acme", "Globex"} - {"Acme"}  # Acme ended
+    assert [s.score for s in found.entities] == sorted((s.score for s in found.entities), reverse=True)
+    assert {s.record.fact for s in found.facts} >= {
+        "Ann knows Bob from the chess club",
+        "Bob knows Cid from the chess club",
+    }
+    assert "Cid knows Dee from the chess club" not in {s.record.fact for s in found.facts}  # 3 hops away
+
+
+def test_bfs_from_recent_episodes_and_from_hits(memory):
+    recent = SearchConfig(entities=TargetConfig(methods=(Method.BFS,), bfs_origin=BfsOrigin.RECENT_EPISODES))
+    names = {s.record.name for s in memory.search("zzz", group_ids="g", config=recent).entities}
+    assert {"Ann", "Bob"} <= names  # the speakers of the latest episodes and their neighbours
+    hits = SearchConfig(facts=TargetConfig(methods=(Method.BM25, Method.BFS), limit=10))
+    facts = {s.record.fact for s in memory.search("Eve Fay", group_ids="g", config=hits).facts}
+    assert "Dee knows Eve from the chess club" in facts  # not matched by text: reached from the hit's ends
+
+
+def test_node_distance_is_true_shortest_path(memory):
+    ann = entity_id(memory, "Ann")
+    config = SearchConfig(
+        entities=TargetConfig(methods=(Method.BM25,), reranker=Reranker.NODE_DISTANCE, limit=10, max_distance=10)
+    )
+    found = memory.search("Ann Bob Cid Dee Eve Fay", group_ids="g", config=config, center=ann)
+    assert [s.record.name for s in found.entities] == ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay"]
+    assert [round(s.score, 3) for s in found.entities] == [1.0, 0.5, 0.333, 0.25, 0.2, 0.167]
+
+
+def test_episode_mentions_counts_mentions(memory):
+    config = SearchConfig(entities=TargetConfig(methods=(Method.BM25,), reranker=Reranker.EPISODE_MENTIONS))
+    found = memory.search("Ann Fay", group_ids="g", config=config)
+    scores = {s.record.name: s.score for s in found.entities}
+    assert scores["Ann"] > scores["Fay"]  # Ann speaks in an episode and is named in two fact episodes
+
+
+def test_mmr_lambda_one_is_cosine_order_and_lower_lambda_diversifies(memory):
+    plain = memory.search(
+        "chess club", group_ids="g", config=SearchConfig(facts=TargetConfig(methods=(Method.COSINE,)))
+    )
+    mmr1 = memory.search(
+        "chess club", group_ids="g", config=SearchConfig(facts=TargetConfig(reranker=Reranker.MMR, mmr_lambda=1.0))
+    )
+    assert [s.record.id for s in mmr1.facts][:3] == [s.record.id for s in plain.facts][:3]
+    mmr0 = memory.search(
+        "chess club", group_ids="g", config=SearchConfig(facts=TargetConfig(reranker=Reranker.MMR, mmr_lambda=0.1))
+    )
+    assert [s.record.id for s in mmr0.facts] != [s.record.id for s in mmr1.facts]
+
+
+def test_cross_encoder_seam_scores_and_min_score(memory):
+    config = SearchConfig(facts=TargetConfig(reranker=Reranker.CROSS_ENCODER, min_score=0.5))
+    found = memory.search("Globex", group_ids="g", config=config, cross_encoder=TermOverlapScorer())
+    assert [s.record.fact for s in found.facts] == ["Ann works at Globex"] and found.facts[0].score == 1.0
+    # without a scorer and without an LLM: the offline embedding scorer
+    assert memory.search("Globex", group_ids="g", config="cross_encoder").facts
+    # with an LLM: one grading call through the LLM seam
+    llm = ScriptedLLM(handler=lambda prompt, model: {"grades": [{"index": 0, "relevance": 0.7}]})
+    graded = Memory(embedder=memory.embedder, llm=llm, store=memory.store, clock=memory.clock)
+    assert graded.search("Globex", group_ids="g", config="cross_encoder").facts[0].score == 0.7
+    assert any(p.name == "rerank" for p in llm.calls)
+
+
+def test_invalidated_facts_only_on_request(memory):
+    now = {s.record.fact for s in memory.search("Ann works", group_ids="g", config="facts").facts}
+    assert "Ann works at Acme" not in now and "Ann works at Globex" in now
+    both = memory.search("Ann works", group_ids="g", config="facts", include_invalidated=True).facts
+    assert {"Ann works at Acme", "Ann works at Globex"} <= {s.record.fact for s in both}
+    then = memory.search("Ann works", group_ids="g", config="facts", as_of="2021-01-01T00:00:00Z").facts
+    assert "Ann works at Acme" in {s.record.fact for s in then}
+
+
+def test_filters_through_memory_search(memory):
+    labelled = memory.search("Globex Ann", group_ids="g", filters=Filters(labels=frozenset({"Organization"})))
+    assert [s.record.name for s in labelled.entities] == ["Globex"]
+    relation = memory.search("Ann", group_ids="g", filters=Filters(relations=frozenset({"WORKS_AT"})))
+    assert relation.facts and all(s.record.relation == "WORKS_AT" for s in relation.facts)
+    dated = memory.search(
+        "Ann works",
+        group_ids="g",
+        include_invalidated=True,
+        filters=Filters(dates=(DateRange("invalid_at", end="2023-01-01T00:00:00Z"),)),
+    )
+    assert [s.record.fact for s in dated.facts] == ["Ann works at Acme"]
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+def test_bad_input_gives_clear_errors_or_empty_results(memory):
+    with pytest.raises(ValidationError, match="empty"):
+        memory.search("   ")
+    with pytest.raises(ValidationError, match="max_query_chars"):
+        memory.search("x" * 100_000)
+    with pytest.raises(NotFoundError):
+        memory.search("chess", config="node_distance", center="no-such-entity")
+    with pytest.raises(NotFoundError):  # another tenant's entity is reported like a missing one
+        memory.search("chess", group_ids="g", config="node_distance", center=entity_id(memory, "Zed", "other"))
+    with pytest.raises(ValidationError, match="center"):
+        memory.search("chess", config="node_distance")
+    missing = memory.search("Ann", group_ids="g", filters=Filters(labels=frozenset({"Planet"})))
+    assert missing.entities == [] and missing.facts  # only entities are narrowed by labels
+    everything = memory.search("chess", group_ids="g", limit=10_000)
+    assert 0 < len(everything.facts) <= memory.store.count(Kind.FACT)
+    with pytest.raises(TimestampError):
+        memory.search("chess", as_of=datetime(2024, 1, 1))
+    with pytest.raises(TimestampError):
+        memory.search("chess", known_at=datetime(2024, 1, 1))
+    with pytest.raises(TimestampError):
+        memory.search("chess", filters=Filters(dates=(DateRange("created_at", start=datetime(2024, 1, 1)),)))
+    with pytest.raises(UnknownGroupError):
+        memory.search("chess", group_ids=["nobody"])
+    with pytest.raises(ValidationError):
+        memory.search("chess", limit=True)
+    with pytest.raises(ValidationError):
+        memory.search("chess", config=42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        memory.search("chess", config="no-such-preset")
+
+
+def test_config_validation():
+    with pytest.raises(ConfigurationError):
+        TargetConfig(methods=())
+    with pytest.raises(ConfigurationError):
+        TargetConfig(limit=0)
+    with pytest.raises(ConfigurationError):
+        TargetConfig(mmr_lambda=1.5)
+    with pytest.raises(ConfigurationError):
+        TargetConfig(methods=("grep",))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        SearchConfig(episodes=TargetConfig(methods=(Method.BFS,)))
+    with pytest.raises(ConfigurationError):
+        SearchConfig(facts=TargetConfig(reranker=Reranker.EPISODE_CONTEXT))
+    with pytest.raises(ConfigurationError):
+        SearchConfig()
+    assert TargetConfig(reranker="episode_context").context is not None  # type: ignore[arg-type]
+
+
+def test_communities_by_text_and_by_bfs(memory):
+    t = memory.clock.now()
+    emb = memory.embedder
+
+    def community(cid: str, name: str, members: list[str]) -> list:
+        vec = emb.embed([name])[0]
+        return [
+            Community(id=cid, group_id="g", name=name, created_at=t, summary=f"{name} summary", name_embedding=vec),
+            *[Membership(cid, entity_id(memory, m), "g", t) for m in members],
+        ]
+
+    memory.store.write(
+        WriteBatch(puts=community("c1", "chess players", ["Ann", "Bob"]) + community("c2", "quiet group", ["Cid"]))
+    )
+    text = SearchConfig(communities=TargetConfig(methods=(Method.BM25,)))
+    assert [s.record.id for s in memory.search("chess players", group_ids="g", config=text).communities] == ["c1"]
+    walk = SearchConfig(communities=TargetConfig(methods=(Method.BM25, Method.BFS), bfs_depth=1))
+    found = memory.search("chess players", group_ids="g", config=walk).communities
+    assert [s.record.id for s in found] == ["c1", "c2"]  # Cid is one hop from Bob, a member of c1
+    assert "<COMMUNITIES>" in memory.context("chess players", group_ids="g", config=walk)

@@ -1,0 +1,257 @@
+"""Time as a query dimension, checked against a brute-force filter over every fact (property tests), plus the
+filters of a scope (labels, relations, date ranges) and the episode timeline, on every backend."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from conftest import T0
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tkg import FixedClock, HashEmbedder, Memory
+from tkg.errors import TimestampError, ValidationError
+from tkg.models import Entity, Episode, Fact, Kind
+from tkg.search_config import Method, SearchConfig, TargetConfig
+from tkg.storage import WriteBatch
+from tkg.timeline import DateRange, Filters, make_scope
+
+EMB = HashEmbedder(dim=32)
+DAY = timedelta(days=1)
+NOW = T0 + 30 * DAY
+
+
+def day(n: int | None) -> datetime | None:
+    return None if n is None else T0 + n * DAY
+
+
+@st.composite
+def fact_times(draw: st.DrawFn) -> dict[str, datetime | None]:
+    # Days from a small range, so that query times often fall exactly on a stored timestamp (the boundaries).
+    created = draw(st.integers(0, 20))
+    valid = draw(st.none() | st.integers(-10, 25))
+    invalid = draw(st.none() | st.integers(valid if valid is not None else -10, 30))
+    expired = draw(st.none() | st.integers(created, 30))
+    return {"created_at": day(created), "valid_at": day(valid), "invalid_at": day(invalid), "expired_at": day(expired)}
+
+
+def brute_force(facts: list[Fact], as_of: datetime | None, known_at: datetime | None, history: bool) -> set[str]:
+    """The two timelines, written out again from their definitions (not through tkg.timeline)."""
+    tx = known_at or NOW
+    out = set()
+    for f in facts:
+        if f.created_at > tx:
+            continue  # not yet recorded at transaction time tx
+        at = as_of if as_of is not None else (None if history else tx)
+        if at is not None:
+            if f.valid_at is not None and f.valid_at > at:
+                continue
+            # an invalidation learnt after tx is not yet known at tx: the fact still looks open-ended
+            end = None if (f.expired_at is not None and f.expired_at > tx) else f.invalid_at
+            if end is not None and not at < end:
+                continue
+        out.add(f.id)
+    return out
+
+
+def _entities() -> list[Entity]:
+    return [
+        Entity(id=f"e{i}", group_id="g", name=f"Thing{i}", created_at=T0 - DAY, name_embedding=EMB.embed([f"t{i}"])[0])
+        for i in (1, 2)
+    ]
+
+
+def _facts(times: list[dict[str, datetime | None]]) -> list[Fact]:
+    return [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id="e1",
+            target_id="e2",
+            relation="RELATES_TO",
+            fact=f"common fact number {i}",
+            embedding=EMB.embed([f"common fact number {i}"])[0],
+            **t,  # type: ignore[arg-type]
+        )
+        for i, t in enumerate(times)
+    ]
+
+
+QUERY_TIMES = st.lists(
+    st.tuples(st.none() | st.integers(-12, 32), st.none() | st.integers(-1, 32), st.booleans()), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(times=st.lists(fact_times(), min_size=1, max_size=20), queries=QUERY_TIMES, nows=st.lists(st.integers(0, 32)))
+def test_store_search_agrees_with_brute_force_on_both_timelines(make_store, times, queries, nows):
+    store = make_store(32)
+    store.write(WriteBatch(puts=[*_entities(), *_facts(times)]))
+    facts = _facts(times)
+    vector = EMB.embed(["common fact"])[0]
+    # several queries on one store: the cached scope masks must never serve a stale view
+    for as_of, known_at, history in queries:
+        scope = make_scope(NOW, ["g"], as_of=day(as_of), known_at=day(known_at), include_invalidated=history)
+        expected = brute_force(facts, day(as_of), day(known_at), history)
+        assert {h.id for h in store.text_search(Kind.FACT, "common fact", 100, scope)} == expected
+        assert {h.id for h in store.vector_search(Kind.FACT, vector, 100, scope)} == expected
+        assert {f.id for f in store.facts_of(["e1"], scope)} == expected
+    # the default "now" scope moves with the clock: across stored timestamps its mask must follow
+    for n in nows:
+        now = T0 + n * DAY
+        expected = {
+            f.id
+            for f in facts
+            if f.created_at <= now
+            and (f.valid_at is None or f.valid_at <= now)
+            and (f.invalid_at is None or (f.expired_at is not None and f.expired_at > now) or now < f.invalid_at)
+        }
+        assert {h.id for h in store.text_search(Kind.FACT, "common", 100, make_scope(now, ["g"]))} == expected
+
+
+@settings(max_examples=15, deadline=None)
+@given(times=st.lists(fact_times(), min_size=1, max_size=15), queries=QUERY_TIMES)
+def test_memory_search_agrees_with_brute_force(times, queries):
+    memory = Memory(embedder=EMB, clock=FixedClock(NOW))
+    facts = _facts(times)
+    memory.store.write(WriteBatch(puts=[*_entities(), *facts]))
+    config = SearchConfig(facts=TargetConfig(methods=(Method.BM25, Method.COSINE, Method.BFS), limit=50))
+    for as_of, known_at, history in queries:
+        found = memory.search(
+            "common fact",
+            group_ids="g",
+            config=config,
+            as_of=day(as_of),
+            known_at=day(known_at),
+            include_invalidated=history,
+        )
+        assert {s.record.id for s in found.facts} == brute_force(facts, day(as_of), day(known_at), history)
+
+
+# -- filters ----------------------------------------------------------------------------------------------------
+def _filtered_graph() -> list[Entity | Fact | Episode]:
+    people = [
+        Entity(
+            id=f"p{i}",
+            group_id="g",
+            name=f"Person{i}",
+            created_at=T0 + i * DAY,
+            labels=("Entity", "Person") if i % 2 else ("Entity", "Place"),
+            name_embedding=EMB.embed([f"Person{i}"])[0],
+        )
+        for i in range(6)
+    ]
+    facts = [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id=f"p{i}",
+            target_id=f"p{(i + 1) % 6}",
+            relation=("WORKS_AT", "KNOWS", "LIVES_IN")[i % 3],
+            fact=f"alpha relation {i}",
+            created_at=T0 + i * DAY,
+            valid_at=None if i == 0 else T0 + i * DAY,
+            invalid_at=T0 + 10 * DAY if i == 4 else None,
+            expired_at=T0 + 10 * DAY if i == 4 else None,
+            embedding=EMB.embed([f"alpha relation {i}"])[0],
+        )
+        for i in range(6)
+    ]
+    episodes = [
+        Episode(
+            id=f"ep{i}",
+            group_id="g",
+            content=f"alpha episode {i}",
+            source="text",
+            reference_time=T0 + i * DAY,
+            created_at=T0 + 20 * DAY,
+            embedding=EMB.embed([f"alpha episode {i}"])[0],
+        )
+        for i in range(4)
+    ]
+    return [*people, *facts, *episodes]
+
+
+FILTERS = [
+    Filters(labels=frozenset({"Person"})),
+    Filters(labels=frozenset({"Nothing"})),
+    Filters(relations=frozenset({"KNOWS", "LIVES_IN"})),
+    Filters(relations=frozenset({"MISSING"})),
+    Filters(dates=(DateRange("valid_at", start=T0 + 2 * DAY, end=T0 + 5 * DAY),)),
+    Filters(dates=(DateRange("valid_at", end=T0 + 3 * DAY, include_missing=True),)),
+    Filters(dates=(DateRange("invalid_at", start=T0),)),
+    Filters(dates=(DateRange("expired_at", start=T0, include_missing=True),)),
+    Filters(dates=(DateRange("created_at", start=T0 + 3 * DAY),)),
+    Filters(dates=(DateRange("reference_time", end=T0 + 2 * DAY),)),
+    Filters(labels=frozenset({"Place"}), relations=frozenset({"WORKS_AT"}), dates=(DateRange("created_at", end=NOW),)),
+]
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=range(len(FILTERS)))
+def test_filters_agree_with_brute_force(make_store, filters):
+    store = make_store(32)
+    records = _filtered_graph()
+    store.write(WriteBatch(puts=records))
+    scope = make_scope(NOW, ["g"], include_invalidated=True, filters=filters)
+    for kind, query in (
+        (Kind.ENTITY, "Person0 Person1 Person2 Person3 Person4 Person5"),
+        (Kind.FACT, "alpha"),
+        (Kind.EPISODE, "alpha"),
+    ):
+        expected = {r.id for r in records if r.kind is kind and filters.admits(r)}
+        assert {h.id for h in store.text_search(kind, query, 100, scope)} == expected, kind
+        assert {h.id for h in store.vector_search(kind, EMB.embed([query])[0], 100, scope)} == expected, kind
+
+
+def test_filter_values_are_validated():
+    with pytest.raises(TimestampError):
+        DateRange("valid_at", start=datetime(2024, 1, 1))  # naive
+    with pytest.raises(ValidationError):
+        DateRange("born_at")
+    with pytest.raises(ValidationError):
+        DateRange("valid_at", start=NOW, end=T0)
+    with pytest.raises(ValidationError):
+        Filters(labels=frozenset({""}))
+    assert Filters(labels="Person").labels == frozenset({"Person"})  # type: ignore[arg-type]
+
+
+def test_episode_window_follows_the_timeline(make_store):
+    store = make_store(32)
+    episodes = [
+        Episode(
+            id=f"ep{i}",
+            group_id="g",
+            content=f"turn {i}",
+            source="message",
+            reference_time=T0 + (i // 3) * DAY,
+            created_at=T0,
+        )
+        for i in (0, 1, 2, 3, 4, 5, 6)
+    ]
+    store.write(WriteBatch(puts=[episodes[i] for i in (3, 0, 6, 1, 4, 2, 5)]))  # out of order: the timeline sorts
+    # by reference time, then insertion order within one time (ep1 was stored before ep2, ep3 before ep4)
+    assert [e.id for e in store.episode_window("ep3", 2, 1)] == ["ep1", "ep2", "ep3", "ep4"]
+    assert [e.id for e in store.episode_window("ep0", 5, 0)] == ["ep0"]
+    assert store.episode_window("missing", 1, 1) == []
+    assert [e.id for e in store.episode_window("ep6", 0, 5)] == ["ep6"]
+
+
+def test_bfs_limit_keeps_the_nearest(make_store):
+    store = make_store(32)
+    names = [f"n{i}" for i in range(12)]
+    ents = [Entity(id=n, group_id="g", name=n, created_at=T0) for n in names]
+    # a star around n0 (n1..n5), and a chain n5 - n6 - ... - n11
+    edges = [("n0", f"n{i}") for i in range(1, 6)] + [(f"n{i}", f"n{i + 1}") for i in range(5, 11)]
+    facts = [
+        Fact(id=f"f{i}", group_id="g", source_id=a, target_id=b, relation="LINKS", fact=f"{a} {b}", created_at=T0)
+        for i, (a, b) in enumerate(edges)
+    ]
+    store.write(WriteBatch(puts=[*ents, *facts]))
+    scope = make_scope(NOW, ["g"])
+    full = store.bfs(["n0"], 20, scope)
+    assert full["n11"] == 7 and len(full) == 12
+    for limit in (1, 3, 6, 9):
+        part = store.bfs(["n0"], 20, scope, limit=limit)
+        assert len(part) == limit and all(full[k] == v for k, v in part.items())
+        assert max(part.values()) <= min((full[k] for k in full if k not in part), default=99)

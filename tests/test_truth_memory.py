@@ -1,0 +1,348 @@
+"""Extraction, resolution and invalidation through the public Memory, with deterministic LLM doubles."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg.errors import ConfigurationError, ExtractionFailedError, LLMError, TimestampError, ValidationError
+from tkg.llm import LLMPolicy, ScriptedLLM
+from tkg.llm.rules import RulesLLM
+from tkg.llm.schema import GraphExtraction, Resolution
+from tkg.memory import FactInput
+from tkg.models import Entity, EpisodeStatus, Fact
+from tkg.ontology import Ontology, RelationType
+
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def make(llm: Any = None, **kwargs: Any) -> Memory:
+    return Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=llm,
+        clock=FixedClock(T0, tick=timedelta(minutes=1)),
+        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0, jitter=0.0)),
+        **kwargs,
+    )
+
+
+def facts(memory: Memory) -> dict[str, Fact]:
+    return {f.fact: f for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact)}
+
+
+def names(memory: Memory) -> list[str]:
+    return sorted(e.name for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity))
+
+
+def test_a_plain_episode_costs_one_llm_call_and_a_contradiction_two() -> None:
+    llm = RulesLLM()
+    memory = make(llm)
+    first = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g", reference_time=T0)
+    assert first.usage.calls == 1 and first.status is EpisodeStatus.EXTRACTED
+    second = memory.add_episode("Alice: I LIVES_IN Berlin since last summer.", group_id="g", reference_time=T0)
+    assert second.usage.calls == 2 and second.usage.by_prompt == {"extract_graph": 1, "resolve": 1}
+    paris, berlin = facts(memory)["Alice lives in Paris"], facts(memory)["Alice lives in Berlin"]
+    assert berlin.valid_at == datetime(2023, 6, 1, tzinfo=UTC)
+    assert paris.invalid_at == berlin.valid_at and paris.expired_at == second.episode.created_at
+    assert paris.invalidated_by == berlin.id
+    # history is queryable: the old fact held in 2020, the new one holds now
+    then = memory.search("where does Alice live", group_ids="g", as_of="2020-06-01T00:00:00Z")
+    assert [s.record.fact for s in then.facts if "lives" in s.record.fact] == ["Alice lives in Paris"]
+    now = memory.search("where does Alice live", group_ids="g")
+    assert [s.record.fact for s in now.facts if "lives" in s.record.fact] == ["Alice lives in Berlin"]
+    assert memory.usage.calls == 3 and memory.usage.prompt_tokens > 0
+
+
+def test_a_verbatim_repeat_needs_no_second_call_and_adds_provenance() -> None:
+    memory = make(RulesLLM())
+    a = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
+    b = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
+    assert b.usage.calls == 1 and b.decisions.get("fact_verbatim") == 1
+    only = facts(memory)["Alice lives in Paris"]
+    assert only.episodes == (a.episode.id, b.episode.id) and len(facts(memory)) == 1
+
+
+def test_a_late_arriving_fact_about_the_past_is_stored_invalidated() -> None:
+    memory = make(RulesLLM())
+    memory.add_episode("Alice: I WORKS_AT Initech since 2022.", group_id="g")
+    late = memory.add_episode("Alice: I WORKS_AT Acme since 2015.", group_id="g")
+    acme = facts(memory)["Alice works at Acme"]
+    assert acme.invalid_at == datetime(2022, 1, 1, tzinfo=UTC) and acme.expired_at == late.episode.created_at
+    assert facts(memory)["Alice works at Initech"].expired_at is None
+
+
+def test_candidates_never_span_the_whole_group() -> None:
+    """Graphiti's group-wide candidates retired unrelated facts (its #1728); ours share a pair or endpoint+relation."""
+    memory = make(RulesLLM())
+    for person, city in [("Bob", "Rome"), ("Carol", "Oslo"), ("Dan", "Lima")]:
+        memory.add_episode(f"{person}: I LIVES_IN {city} since 2019.", group_id="g")
+    memory.add_episode("Alice: I LIVES_IN Paris since 2023.", group_id="g")
+    assert all(f.expired_at is None for f in facts(memory).values())
+
+
+def test_groups_never_share_candidates_or_entities() -> None:
+    memory = make(RulesLLM())
+    memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="a")
+    second = memory.add_episode("Alice: I LIVES_IN Rome since 2023.", group_id="b")
+    assert second.usage.calls == 1 and all(f.expired_at is None for f in facts(memory).values())
+    assert names(memory) == ["Alice", "Alice", "Paris", "Rome"]
+
+
+def test_an_ambiguous_name_is_merged_by_the_batched_call_keeping_the_fullest_name() -> None:
+    memory = make(RulesLLM())
+    memory.add_episode("Bob: I met Alice at Acme.", group_id="g")
+    result = memory.add_episode("Carol: I WORKS_AT Acme since 2020. Alice Smith MANAGES Acme.", group_id="g")
+    assert result.usage.by_prompt.get("resolve") == 1 and result.decisions.get("entity_llm") == 1
+    alice = next(e for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity) and "Alice" in e.name)
+    assert alice.name == "Alice Smith" and alice.aliases == ("Alice",)
+    assert names(memory).count("Alice Smith") == 1
+
+
+def test_llm_decisions_outside_the_candidates_are_ignored_with_a_warning() -> None:
+    def handler(prompt: Any, model: type[BaseModel]) -> Any:
+        if model is Resolution:
+            return {"entities": [{"new": 1, "same_as": 99}], "facts": [{"new": 7, "contradicts": [42]}]}
+        return RulesLLM().generate(prompt, model)
+
+    memory = make(ScriptedLLM(handler=handler))
+    memory.add_episode("Bob: I met Alice at Acme.", group_id="g")
+    result = memory.add_episode("Carol: Alice Smith MANAGES Acme.", group_id="g")
+    assert any("not one of its candidates" in w for w in result.warnings)
+    assert "Alice" in names(memory) and "Alice Smith" in names(memory)
+
+
+def test_a_failing_llm_keeps_the_episode_for_retry_and_writes_nothing_else() -> None:
+    calls = {"n": 0}
+
+    def flaky(prompt: Any, model: type[BaseModel]) -> Any:
+        calls["n"] += 1
+        if calls["n"] <= 4:
+            raise LLMError("HTTP 503: overloaded", retryable=True)
+        return RulesLLM().generate(prompt, model)
+
+    memory = make(ScriptedLLM(handler=flaky))
+    with pytest.raises(ExtractionFailedError) as info:
+        memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
+    assert calls["n"] == 4  # max_attempts
+    failed = memory.failed_episodes("g")
+    assert [e.id for e in failed] == [info.value.episode_id] and "overloaded" in failed[0].error
+    assert memory.store.count(Kind.ENTITY) == 0 and memory.store.count(Kind.FACT) == 0
+    assert memory.usage.failures == 1 and memory.usage.retries == 3
+    retried = memory.retry(info.value.episode_id)
+    assert retried.status is EpisodeStatus.EXTRACTED and "Alice lives in Paris" in facts(memory)
+    assert memory.failed_episodes() == [] and memory.store.count(Kind.EPISODE) == 1
+    with pytest.raises(ValidationError):
+        memory.retry(info.value.episode_id)
+
+
+def test_a_failure_in_the_resolution_call_leaves_no_half_applied_change() -> None:
+    def handler(prompt: Any, model: type[BaseModel]) -> Any:
+        if model is Resolution:
+            raise LLMError("HTTP 400: bad request")  # not retryable
+        return RulesLLM().generate(prompt, model)
+
+    memory = make(ScriptedLLM(handler=handler))
+    memory.add_facts([FactInput("Alice", "LIVES_IN", "Paris", valid_at="2019-01-01T00:00:00Z")], group_id="g")
+    before = {k: v.expired_at for k, v in facts(memory).items()}
+    with pytest.raises(ExtractionFailedError):
+        memory.add_episode("Alice: I LIVES_IN Berlin since 2023.", group_id="g")
+    assert {k: v.expired_at for k, v in facts(memory).items()} == before
+    assert names(memory) == ["Alice", "Paris"]
+
+
+def test_output_that_violates_the_schema_is_retried() -> None:
+    llm = ScriptedLLM([{"entities": "not a list"}, {"entities": [{"name": "Alice"}], "facts": []}])
+    memory = make(llm)
+    result = memory.add_episode("Alice: hello", group_id="g")
+    assert result.usage.retries == 1 and names(memory) == ["Alice"]
+
+
+def test_single_valued_relations_invalidate_deterministically_without_an_llm() -> None:
+    onto = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    memory = make(None, ontology=onto)
+    memory.add_facts(
+        [
+            FactInput("Alice", "LIVES_IN", "Paris", valid_at="2019-01-01T00:00:00Z"),
+            FactInput("Alice", "LIVES_IN", "Berlin", valid_at="2022-01-01T00:00:00Z"),
+            FactInput("Alice", "LIKES", "Jazz"),
+            FactInput("Alice", "LIKES", "Chess"),
+        ],
+        group_id="g",
+    )
+    memory.add_facts([FactInput("Alice", "LIVES_IN", "Rome", valid_at="two weeks ago")], group_id="g")
+    current = facts(memory)
+    assert current["Alice lives in Paris"].invalid_at == datetime(2022, 1, 1, tzinfo=UTC)
+    assert current["Alice lives in Berlin"].invalid_at == T0 - timedelta(days=14) + timedelta(minutes=1)
+    assert current["Alice lives in Rome"].expired_at is None
+    assert current["Alice likes Jazz"].expired_at is None and current["Alice likes Chess"].expired_at is None
+    # the same object again is the same fact
+    memory.add_facts([FactInput("Alice", "LIVES_IN", "Rome")], group_id="g")
+    assert len(current) == len(facts(memory))
+
+
+def test_an_ontology_that_conflicts_with_existing_data_is_refused() -> None:
+    memory = make(None)
+    memory.add_facts([FactInput("Alice", "LIVES_IN", "Paris"), FactInput("Alice", "LIVES_IN", "Rome")], group_id="g")
+    onto = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    with pytest.raises(ConfigurationError, match="two LIVES_IN facts at once"):
+        Memory(memory.store, embedder=memory.embedder, ontology=onto)
+
+
+class Person(BaseModel):
+    """A human being."""
+
+    age: int | None = Field(None, description="Age in years")
+
+
+def test_declared_types_are_described_to_the_llm_and_their_attributes_kept() -> None:
+    answer = {
+        "entities": [{"name": "Alice", "label": "Person", "attributes": {"age": "41", "height": 2}}],
+        "facts": [],
+    }
+    llm = ScriptedLLM([answer])
+    memory = make(llm, ontology=Ontology(entities={"Person": Person}))
+    result = memory.add_episode("Alice: I am 41.", group_id="g")
+    assert "entity Person: A human being. Attributes: age: Age in years" in llm.calls[0].system
+    alice = next(e for e in result.entities if e.name == "Alice")
+    assert alice.attributes == {"age": 41} and "Person" in alice.labels
+    assert any("height" in w for w in result.warnings)
+
+
+def test_reflection_is_an_extra_call_when_switched_on() -> None:
+    llm = ScriptedLLM(
+        [
+            {"entities": [{"name": "Alice"}], "facts": []},
+            {
+                "entities": [{"name": "Acme"}],
+                "facts": [{"source": "Alice", "target": "Acme", "relation": "WORKS_AT", "fact": "Alice works at Acme"}],
+            },
+        ]
+    )
+    memory = Memory(embedder=HashEmbedder(dim=64), llm=llm, config=MemoryConfig(reflection=True))
+    result = memory.add_episode("Alice: I work at Acme.", group_id="g")
+    assert result.usage.by_prompt == {"extract_graph": 1, "reflect": 1}
+    assert [f.fact for f in result.facts] == ["Alice works at Acme"]
+
+
+def test_extraction_off_links_known_entities_and_dates_time_phrases() -> None:
+    memory = make(RulesLLM())
+    memory.add_facts([FactInput("Robert Smith", "WORKS_AT", "Acme")], group_id="g")
+    bob = next(e for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity) and e.name == "Robert Smith")
+    result = memory.add_episode(
+        "Carol: I saw Robert Smith at acme two weeks ago.", group_id="g", extract=False, reference_time=T0
+    )
+    assert result.usage.calls == 0 and result.status is EpisodeStatus.STORED
+    linked = {m.entity_id for m in memory.episode_mentions(result.episode.id)}
+    assert bob.id in linked and len(linked) == 3  # Carol (speaker), Robert Smith, Acme
+    assert result.episode.attributes["times"] == [{"phrase": "two weeks ago", "at": "2024-04-17T00:00:00+00:00"}]
+    with pytest.raises(ConfigurationError):
+        make(None).add_episode("x: y", extract=True)
+
+
+def test_a_fact_naming_an_unextracted_entity_adds_it_with_a_warning() -> None:
+    llm = ScriptedLLM(
+        [
+            {
+                "entities": [],
+                "facts": [
+                    {
+                        "source": "Alice",
+                        "target": "Acme",
+                        "relation": "WORKS_AT",
+                        "fact": "Alice works at Acme",
+                        "valid_from": "2099-13-45",
+                    }
+                ],
+            }
+        ]
+    )
+    memory = make(llm)
+    result = memory.add_episode("Alice: I work at Acme", group_id="g", reference_time=T0)
+    assert names(memory) == ["Acme", "Alice"]
+    assert any("not extracted" in w for w in result.warnings) and any("could not date" in w for w in result.warnings)
+    assert result.facts[0].valid_at == T0
+
+
+def test_relative_dates_need_a_reference_time() -> None:
+    memory = make(None)
+    with pytest.raises(TimestampError):
+        memory.add_facts([FactInput("Alice", "LIVES_IN", "Rome", valid_at="the twelfth of never")], group_id="g")
+    assert memory.store.count(Kind.EPISODE) == 0
+
+
+def test_remove_episode_reverts_its_invalidations_and_orphans() -> None:
+    memory = make(RulesLLM())
+    memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
+    before = {f.id: f for f in memory.store.scan(Kind.FACT)}
+    ents_before = {e.id: e for e in memory.store.scan(Kind.ENTITY)}
+    second = memory.add_episode("Alice Smith: I LIVES_IN Berlin since 2023.", group_id="g")
+    assert any(f.expired_at for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact))
+    removed = memory.remove_episode(second.episode.id)
+    assert len(removed.deleted_facts) == 1 and len(removed.restored_facts) == 1
+    assert {f.id: f for f in memory.store.scan(Kind.FACT)} == before
+    assert {e.id: e for e in memory.store.scan(Kind.ENTITY)} == ents_before
+
+
+def test_bulk_ingestion_catches_contradictions_inside_the_batch_and_matches_sequential() -> None:
+    episodes = [
+        {"content": "Alice: I LIVES_IN Paris since 2019.", "group_id": "g"},
+        {"content": "Bob: I WORKS_AT Acme since 2018.", "group_id": "h"},
+        {"content": "Alice: I LIVES_IN Berlin since 2023.", "group_id": "g"},
+        {"content": "Bob: I WORKS_AT Initech since 2021.", "group_id": "h"},
+    ]
+    bulk = make(RulesLLM())
+    results = bulk.add_episodes(episodes)
+    sequential = make(RulesLLM())
+    for item in episodes:
+        sequential.add_episode(**item)
+    assert [r.status for r in results] == [EpisodeStatus.EXTRACTED] * 4
+    assert facts(bulk)["Alice lives in Paris"].invalid_at == datetime(2023, 1, 1, tzinfo=UTC)
+    assert facts(bulk)["Bob works at Acme"].invalid_at == datetime(2021, 1, 1, tzinfo=UTC)
+
+    def canon(memory: Memory) -> list[tuple[Any, ...]]:
+        ents = {e.id: e.name for e in memory.store.scan(Kind.ENTITY)}
+        return sorted(
+            (ents[f.source_id], f.relation, ents[f.target_id], f.valid_at, f.invalid_at, f.expired_at is None)
+            for f in memory.store.scan(Kind.FACT)
+            if isinstance(f, Fact)
+        )
+
+    assert canon(bulk) == canon(sequential)
+    assert bulk.usage.calls == sequential.usage.calls == 6
+
+
+def test_bulk_ingestion_reports_failures_per_episode() -> None:
+    def handler(prompt: Any, model: type[BaseModel]) -> Any:
+        if "boom" in prompt.inputs.get("content", ""):
+            raise LLMError("HTTP 401: bad key")
+        return RulesLLM().generate(prompt, model)
+
+    memory = make(ScriptedLLM(handler=handler))
+    results = memory.add_episodes(["Alice: I LIKES tea.", "Bob: boom", "Carol: I LIKES jazz."])
+    assert [r.status.value for r in results] == ["extracted", "failed", "extracted"]
+    assert "bad key" in results[1].episode.error and len(memory.failed_episodes()) == 1
+    with pytest.raises(ValidationError):
+        memory.add_episodes([{"content": "a: b", "episode_id": "x"}, {"content": "c: d", "episode_id": "x"}])
+
+
+def test_episode_results_report_tokens_and_time() -> None:
+    memory = make(RulesLLM())
+    result = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
+    assert result.usage.prompt_tokens > 100 and result.usage.completion_tokens > 0 and result.usage.estimated
+    assert result.seconds > 0 and result.usage.seconds >= 0
+    assert isinstance(GraphExtraction(), GraphExtraction)
+
+
+def test_removing_a_middle_episode_resettles_single_valued_facts() -> None:
+    """Found by the stateful property test: a restored fact must not overlap one that arrived after it."""
+    onto = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    memory = make(RulesLLM(), ontology=onto)
+    texts = ["Paris", "Rome", "Paris", "Rome"]
+    results = [memory.add_episode(f"Alice: I LIVES_IN {city} since 2010.", group_id="g") for city in texts]
+    memory.remove_episode(results[1].episode.id)
+    live = [f for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
+    assert [f.fact for f in live] == ["Alice lives in Rome"]

@@ -1,0 +1,185 @@
+"""Property-based tests of the invalidation invariants: a stateful machine over random add / add_facts / remove
+sequences driven by the rule-based LLM double, and batching against sequential ingestion."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg.invalidation import overlaps
+from tkg.llm import LLMPolicy
+from tkg.llm.rules import RulesLLM
+from tkg.memory import FactInput
+from tkg.models import Entity, Episode, Fact, Mention
+from tkg.ontology import Ontology, RelationType
+
+PEOPLE = ["Alice", "Bob", "Carol"]
+PLACES = ["Paris", "Rome", "Oslo", "Acme", "Jazz"]
+RELATIONS = ["LIVES_IN", "WORKS_AT", "LIKES"]
+SINGLE = {"LIVES_IN", "WORKS_AT"}
+ONTOLOGY = Ontology(relations={r: RelationType(single_valued=True) for r in SINGLE})
+
+statements = st.tuples(
+    st.sampled_from(PEOPLE),
+    st.sampled_from(RELATIONS),
+    st.sampled_from(PLACES),
+    st.integers(2010, 2024),
+    st.one_of(st.none(), st.integers(0, 4)),  # years until it ended (None: still holds)
+)
+Statement = tuple[str, str, str, int, int | None]
+
+
+def new_memory() -> Memory:
+    return Memory(
+        embedder=HashEmbedder(dim=32),
+        llm=RulesLLM(exclusive=SINGLE),
+        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(minutes=1)),
+        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0)),
+        ontology=ONTOLOGY,
+    )
+
+
+def message(statement: Statement) -> str:
+    who, rel, what, year, span = statement
+    until = "" if span is None else f" until {year + span}"
+    return f"{who}: I {rel} {what} since {year}{until}."
+
+
+def state(memory: Memory) -> dict[str, dict[str, Any]]:
+    """Every record by kind and id: the graph (communities are derived and refreshed, not reverted)."""
+    return {
+        kind.value: {r.id: r for r in memory.store.scan(kind)}
+        for kind in Kind
+        if kind not in (Kind.COMMUNITY, Kind.MEMBERSHIP)
+    }
+
+
+class TruthMachine(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self.memory = new_memory()
+        self.ever: set[str] = set()
+        self.removed_facts: set[str] = set()
+
+    def _record(self) -> None:
+        self.ever |= {f.id for f in self.memory.store.scan(Kind.FACT)}
+
+    @rule(statement=statements)
+    def add_episode(self, statement: Statement) -> None:
+        result = self.memory.add_episode(message(statement), group_id="g")
+        assert result.usage.calls <= 2
+        self._record()
+
+    @rule(batch=st.lists(statements, min_size=1, max_size=3))
+    def add_facts(self, batch: list[Statement]) -> None:
+        self.memory.add_facts(
+            [
+                FactInput(
+                    w,
+                    r,
+                    o,
+                    valid_at=datetime(y, 1, 1, tzinfo=UTC),
+                    invalid_at=None if span is None else datetime(y + span, 1, 1, tzinfo=UTC),
+                )
+                for w, r, o, y, span in batch
+            ],
+            group_id="g",
+        )
+        self._record()
+
+    @rule(pick=st.integers(0, 1000))
+    def remove(self, pick: int) -> None:
+        episodes = [e.id for e in sorted(self.memory.store.scan(Kind.EPISODE), key=lambda e: e.created_at)]
+        if not episodes:
+            return
+        result = self.memory.remove_episode(episodes[pick % len(episodes)])
+        self.removed_facts |= set(result.deleted_facts)
+
+    @rule(statement=statements)
+    def add_then_remove_restores_the_graph(self, statement: Statement) -> None:
+        before = state(self.memory)
+        added = self.memory.add_episode(message(statement), group_id="g")
+        self.memory.remove_episode(added.episode.id)
+        assert state(self.memory) == before
+
+    @invariant()
+    def time_intervals_are_ordered(self) -> None:
+        for fact in self.memory.store.scan(Kind.FACT):
+            assert isinstance(fact, Fact)
+            if fact.valid_at is not None and fact.invalid_at is not None:
+                assert fact.invalid_at >= fact.valid_at, fact
+
+    @invariant()
+    def expired_exactly_when_superseded(self) -> None:
+        for fact in self.memory.store.scan(Kind.FACT):
+            assert isinstance(fact, Fact)
+            assert (fact.expired_at is None) == (fact.invalidated_by is None), fact
+            if fact.expired_at is not None:
+                assert fact.expired_at >= fact.created_at
+                assert fact.invalid_at is not None
+                # superseding only ever shortens a fact, never extends it past its own end
+                assert fact.prior_invalid_at is None or fact.invalid_at <= fact.prior_invalid_at, fact
+
+    @invariant()
+    def single_valued_relations_hold_one_object_at_a_time(self) -> None:
+        live = [f for f in self.memory.store.scan(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
+        for i, a in enumerate(live):
+            for b in live[i + 1 :]:
+                if a.relation in SINGLE and a.relation == b.relation and a.source_id == b.source_id:
+                    assert a.target_id == b.target_id or not overlaps(a, b), (a, b)
+
+    @invariant()
+    def nothing_is_deleted_except_by_remove_episode(self) -> None:
+        present = {f.id for f in self.memory.store.scan(Kind.FACT)}
+        assert self.ever - self.removed_facts <= present
+
+    @invariant()
+    def provenance_and_mentions_point_to_existing_records(self) -> None:
+        episodes = {e.id for e in self.memory.store.scan(Kind.EPISODE) if isinstance(e, Episode)}
+        entities = {e.id for e in self.memory.store.scan(Kind.ENTITY) if isinstance(e, Entity)}
+        for fact in self.memory.store.scan(Kind.FACT):
+            assert isinstance(fact, Fact)
+            assert fact.episodes and set(fact.episodes) <= episodes
+            assert {fact.source_id, fact.target_id} <= entities
+        for mention in self.memory.store.mentions(episode_ids=sorted(episodes)):
+            assert isinstance(mention, Mention) and mention.entity_id in entities
+
+
+TruthMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestTruthMachine = TruthMachine.TestCase
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(st.tuples(st.sampled_from(["g", "h"]), statements), min_size=1, max_size=8))
+def test_batching_does_not_change_the_result(batch: list[tuple[str, Statement]]) -> None:
+    items = [{"content": message(s), "group_id": g} for g, s in batch]
+    bulk, sequential = new_memory(), new_memory()
+    bulk.add_episodes(items)
+    for item in items:
+        sequential.add_episode(**item)
+
+    def canon(memory: Memory) -> list[tuple[Any, ...]]:
+        names = {e.id: (e.group_id, e.name) for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity)}
+        return sorted(
+            (
+                names[f.source_id],
+                f.relation,
+                names[f.target_id],
+                f.valid_at,
+                f.invalid_at,
+                f.expired_at,
+                len(f.episodes),
+            )
+            for f in memory.store.scan(Kind.FACT)
+            if isinstance(f, Fact)
+        )
+
+    assert canon(bulk) == canon(sequential)
+    assert bulk.usage.calls == sequential.usage.calls

@@ -1,0 +1,211 @@
+"""Pure truth-maintenance logic: invalidation rules, resolution passes, profiles, ontology, drafts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import BaseModel, Field
+
+from tkg import invalidation
+from tkg.drafts import from_extraction, time_mentions
+from tkg.errors import ConfigurationError, TimestampError
+from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction
+from tkg.models import Entity, Fact, Mention
+from tkg.ontology import Ontology, RelationType
+from tkg.profiles import fold, merge_summary
+from tkg.resolution import is_weak, judge
+from tkg.temporal import resolve_time
+
+
+def day(y: int, m: int = 1, d: int = 1) -> datetime:
+    return datetime(y, m, d, tzinfo=UTC)
+
+
+NOW = day(2024, 6, 1)
+
+
+def fact(fid: str, s: str, rel: str, t: str, start: datetime | None, end: datetime | None = None) -> Fact:
+    return Fact(
+        id=fid,
+        group_id="g",
+        source_id=s,
+        target_id=t,
+        relation=rel,
+        fact=f"{s} {rel} {t}",
+        created_at=day(2024),
+        valid_at=start,
+        invalid_at=end,
+    )
+
+
+# -- invalidation -----------------------------------------------------------------------------------------------
+def test_newer_fact_closes_the_older_one_at_its_start() -> None:
+    old = fact("a", "alice", "LIVES_IN", "paris", day(2019))
+    new = fact("b", "alice", "LIVES_IN", "berlin", day(2023))
+    new2, old2 = invalidation.settle(new, old, NOW)
+    assert new2 == new
+    assert old2.invalid_at == day(2023) and old2.expired_at == NOW and old2.invalidated_by == "b"
+    assert old2.prior_invalid_at is None
+    assert invalidation.restore(old2) == old
+
+
+def test_late_arriving_fact_about_the_past_is_stored_already_invalidated() -> None:
+    current = fact("a", "alice", "LIVES_IN", "berlin", day(2023))
+    late = fact("b", "alice", "LIVES_IN", "paris", day(2019))
+    late2, current2 = invalidation.settle(late, current, NOW)
+    assert current2 == current
+    assert late2.invalid_at == day(2023) and late2.expired_at == NOW and late2.invalidated_by == "a"
+
+
+def test_non_overlapping_facts_do_not_invalidate_each_other() -> None:
+    old = fact("a", "alice", "LIVES_IN", "paris", day(2010), day(2012))
+    new = fact("b", "alice", "LIVES_IN", "berlin", day(2015))
+    assert invalidation.settle(new, old, NOW) == (new, old)
+
+
+def test_a_tie_in_world_time_goes_to_the_newer_information() -> None:
+    old = fact("a", "alice", "LIVES_IN", "paris", day(2020))
+    new = fact("b", "alice", "LIVES_IN", "berlin", day(2020))
+    _, old2 = invalidation.settle(new, old, NOW)
+    assert old2.invalid_at == day(2020) and old2.expired_at is not None
+
+
+def test_an_older_fact_with_its_own_end_keeps_it_for_restoring() -> None:
+    old = fact("a", "alice", "WORKS_AT", "acme", day(2010), day(2030))
+    new = fact("b", "alice", "WORKS_AT", "initech", day(2020))
+    _, old2 = invalidation.settle(new, old, NOW)
+    assert old2.invalid_at == day(2020) and old2.prior_invalid_at == day(2030)
+    assert invalidation.restore(old2).invalid_at == day(2030)
+
+
+def test_candidates_share_the_pair_or_an_endpoint_and_the_relation() -> None:
+    new = fact("n", "alice", "LIVES_IN", "berlin", day(2023))
+    assert invalidation.is_candidate(new, fact("1", "alice", "LIVES_IN", "paris", None))
+    assert invalidation.is_candidate(new, fact("2", "berlin", "LIKES", "alice", None))  # same pair, reversed
+    assert not invalidation.is_candidate(new, fact("3", "alice", "LIKES", "pizza", None))
+    assert not invalidation.is_candidate(new, fact("4", "bob", "LIVES_IN", "rome", None))
+
+
+# -- resolution -------------------------------------------------------------------------------------------------
+def entity(eid: str, name: str, *aliases: str) -> Entity:
+    return Entity(id=eid, group_id="g", name=name, created_at=day(2024), aliases=aliases)
+
+
+def test_exact_and_alias_matches_resolve_without_asking() -> None:
+    bob = entity("b", "Robert Smith", "Bob")
+    assert judge("robert  SMITH", [bob]).match == "b"
+    assert judge("Bob", [bob]).reason == "exact"
+
+
+def test_fuzzy_match_merges_strong_names_only() -> None:
+    assert judge("Katherine Johnson", [entity("k", "Katherine Johnsen")]).reason in {"fuzzy", "ambiguous"}
+    assert judge("Bartholomew Simpson", [entity("b", "Bartholomew Simpsons")]).match == "b"
+    # a weak name is never merged by fuzzy similarity alone
+    assert is_weak("Al") and judge("Al", [entity("a", "Al.")]).match == "a"  # exact after normalisation
+    assert judge("Ann", [entity("a", "Anne")]).match is None
+
+
+def test_related_names_are_ambiguous_and_unrelated_ones_new() -> None:
+    verdict = judge("Alice", [entity("a", "Alice Smith"), entity("c", "Carol")])
+    assert verdict.match is None and [c.id for c in verdict.ambiguous] == ["a"]
+    assert judge("Zanzibar", [entity("a", "Alice Smith")]).reason == "new"
+
+
+# -- profiles ---------------------------------------------------------------------------------------------------
+def mention(ep: str, name: str, summary: str = "", label: str = "") -> Mention:
+    return Mention(ep, "e", "g", day(2024), name=name, summary=summary, label=label)
+
+
+def test_profile_keeps_the_most_complete_name_and_every_other_form_as_alias() -> None:
+    base = entity("e", "x")
+    profile = fold(base, [mention("1", "Alice", "Alice is a nurse."), mention("2", "Alice Smith", "", "Person")])
+    assert profile.name == "Alice Smith" and profile.aliases == ("Alice",)
+    assert profile.labels == ("Entity", "Person") and profile.summary == "Alice is a nurse."
+
+
+def test_summary_drops_the_oldest_sentences_beyond_the_cap() -> None:
+    text = ""
+    for i in range(50):
+        text = merge_summary(text, f"Sentence number {i} about Alice.", max_chars=120)
+    assert len(text) <= 120 and text.endswith("Sentence number 49 about Alice.")
+
+
+# -- ontology ---------------------------------------------------------------------------------------------------
+class Person(BaseModel):
+    """A human being."""
+
+    age: int | None = Field(None, description="Age in years")
+
+
+def test_ontology_validates_attributes_and_declarations() -> None:
+    onto = Ontology(entities={"Person": Person}, relations={"LIVES_IN": RelationType(single_valued=True)})
+    kept, warnings = onto.entity_attributes("Person", {"age": "41", "shoe": 9})
+    assert kept == {"age": 41} and len(warnings) == 1
+    kept, warnings = onto.entity_attributes("Person", {"age": "old"})
+    assert kept == {} and "invalid" in warnings[0]
+    with pytest.raises(ConfigurationError):
+        Ontology(relations={"lives in": RelationType()})
+    with pytest.raises(ConfigurationError):
+        Ontology(entities={"Person": dict})  # type: ignore[dict-item]
+    with pytest.raises(ConfigurationError):
+        Ontology(relations={"LIVES_IN": RelationType(sources=("Robot",))})
+
+
+def test_ontology_reports_data_that_breaks_a_single_valued_relation() -> None:
+    onto = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    both = [fact("a", "alice", "LIVES_IN", "paris", day(2019)), fact("b", "alice", "LIVES_IN", "rome", day(2020))]
+    assert len(onto.conflicts(both)) == 1
+    apart = [fact("a", "alice", "LIVES_IN", "paris", day(2019), day(2020)), both[1]]
+    assert onto.conflicts(apart) == []
+
+
+# -- drafts -----------------------------------------------------------------------------------------------------
+def test_draft_repairs_what_the_extraction_got_wrong() -> None:
+    extraction = GraphExtraction(
+        entities=[ExtractedEntity(name="Alice"), ExtractedEntity(name="  ")],
+        facts=[
+            ExtractedFact(source="Alice", target="Acme", relation="works at", fact="Alice works at Acme"),
+            ExtractedFact(source="", target="Acme", relation="X", fact="nothing"),
+            ExtractedFact(
+                source="Alice",
+                target="Rome",
+                relation="LIVED_IN",
+                fact="Alice lived in Rome",
+                valid_from="2020-05-01",
+                valid_until="2019-01-01",
+            ),
+            ExtractedFact(
+                source="Ann",
+                target="Initech",
+                relation="FOUNDED",
+                fact="Ann, Bo and Cy founded Initech",
+                extra_sources=["Bo", "Cy"],
+                valid_from="the day after never",
+            ),
+        ],
+    )
+    draft = from_extraction(extraction, "Zed", day(2024, 5, 1))
+    names = [e.name for e in draft.entities]
+    assert names[:2] == ["Zed", "Alice"] and {"Acme", "Rome", "Ann", "Bo", "Cy", "Initech"} <= set(names)
+    assert [f.relation for f in draft.facts] == ["WORKS_AT", "LIVED_IN", "FOUNDED", "FOUNDED", "FOUNDED"]
+    assert draft.facts[0].valid_at == day(2024, 5, 1)  # present tense: the reference time
+    assert draft.facts[1].valid_at == day(2020, 5, 1) and draft.facts[1].invalid_at is None
+    text = " ".join(draft.warnings)
+    for expected in ("empty name", "empty source", "not extracted", "before its start", "could not date"):
+        assert expected in text
+
+
+def test_time_phrases_resolve_against_the_reference_time() -> None:
+    ref = day(2024, 5, 15)  # a Wednesday
+    assert resolve_time("two weeks ago", ref) == day(2024, 5, 1)
+    assert resolve_time("in 2019", ref) == day(2019)
+    assert resolve_time("last summer", ref) == day(2023, 6, 1)
+    assert resolve_time("next Thursday", ref) == day(2024, 5, 16)
+    assert resolve_time("now", ref) == ref
+    assert resolve_time("March 3rd, 2021", ref) == day(2021, 3, 3)
+    assert resolve_time("the day after never", ref) is None
+    with pytest.raises(TimestampError):
+        resolve_time("two weeks ago", None)  # type: ignore[arg-type]
+    found = {m["phrase"]: m["at"][:10] for m in time_mentions("Yesterday I saw Bob; in 2019 too.", ref)}
+    assert found == {"Yesterday": "2024-05-14", "in 2019": "2019-01-01"}

@@ -1,0 +1,222 @@
+"""What one episode says, before resolution: named entities and dated facts, from an LLM extraction or from
+structured input. Pure: no store, no LLM (dates are computed by :mod:`tkg.temporal`).
+
+Everything an extraction gets wrong is repaired or reported here, never silently dropped: a fact naming an entity
+that was not extracted adds that entity (with a warning); a fact with an empty end or sentence is skipped with a
+warning; an end before the start drops the end; a time phrase that cannot be dated falls back to the episode time
+for a start (and to "still holds" for an end), with a warning; attributes a type does not declare are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tkg.llm.schema import GraphExtraction
+from tkg.models import relation_name
+from tkg.names import normalize_name
+from tkg.ontology import Ontology
+from tkg.temporal import resolve_time
+
+_SPEAKER = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
+
+
+def speaker_of(content: str) -> str | None:
+    """The speaker of a ``"Speaker: text"`` message, if it has one."""
+    match = _SPEAKER.match(content)
+    return match.group(1).strip() if match else None
+
+
+@dataclass(slots=True)
+class DraftEntity:
+    name: str
+    label: str = "Entity"
+    summary: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class DraftFact:
+    source: str
+    relation: str
+    target: str
+    sentence: str
+    valid_at: datetime | None
+    invalid_at: datetime | None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Draft:
+    """Entities (unique by normalised name, in order of appearance) and facts of one episode."""
+
+    entities: list[DraftEntity] = field(default_factory=list)
+    facts: list[DraftFact] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def add_entity(
+        self, name: str, label: str = "Entity", summary: str = "", attributes: dict[str, Any] | None = None
+    ) -> str:
+        """Add (or enrich) the entity called ``name``; returns the name as kept."""
+        name = " ".join(name.split())
+        key = normalize_name(name)
+        for entity in self.entities:
+            if normalize_name(entity.name) == key:
+                if label and label != "Entity" and entity.label == "Entity":
+                    entity.label = label
+                if summary.strip() and not entity.summary:
+                    entity.summary = summary.strip()
+                entity.attributes.update(attributes or {})
+                return entity.name
+        self.entities.append(DraftEntity(name, label or "Entity", summary.strip(), dict(attributes or {})))
+        return name
+
+    def has_entity(self, name: str) -> bool:
+        key = normalize_name(name)
+        return any(normalize_name(e.name) == key for e in self.entities)
+
+
+def from_extraction(
+    extraction: GraphExtraction,
+    speaker: str | None,
+    reference: datetime,
+    languages: tuple[str, ...] = ("en",),
+    ontology: Ontology | None = None,
+) -> Draft:
+    """A draft from the LLM's extraction, repaired as described in the module docstring."""
+    ontology = ontology or Ontology()
+    draft = Draft()
+    if speaker:
+        draft.add_entity(speaker, "Person")
+    for named in extraction.entities:
+        if not named.name.strip():
+            draft.warnings.append("skipped an entity with an empty name")
+            continue
+        attributes: dict[str, Any] = {}
+        if named.attributes or named.label in ontology.entities:
+            attributes, problems = ontology.entity_attributes(named.label, named.attributes)
+            draft.warnings.extend(problems)
+        draft.add_entity(named.name, named.label.strip() or "Entity", named.summary, attributes)
+    for item in extraction.facts:
+        if not item.source.strip() or not item.target.strip() or not item.fact.strip():
+            draft.warnings.append(f"skipped a fact with an empty source, target or sentence: {item.fact!r}")
+            continue
+        relation = relation_name(item.relation)
+        valid_at = _date(draft, item.valid_from, reference, languages, "start")
+        invalid_at = _date(draft, item.valid_until, reference, languages, "end")
+        if valid_at is None and item.valid_until is None:
+            valid_at = reference  # stated without a time: true as of the episode (present tense)
+        attributes = {}
+        if item.attributes:
+            attributes, problems = ontology.relation_attributes(relation, item.attributes)
+            draft.warnings.extend(problems)
+        sources = [item.source, *item.extra_sources]
+        targets = [item.target, *item.extra_targets]
+        for source in sources:
+            for target in targets:
+                if not source.strip() or not target.strip():
+                    continue
+                add_fact(draft, source, relation, target, item.fact, valid_at, invalid_at, attributes)
+    return draft
+
+
+def _date(
+    draft: Draft, phrase: str | None, reference: datetime, languages: tuple[str, ...], which: str
+) -> datetime | None:
+    if phrase is None or not str(phrase).strip():
+        return None
+    value = resolve_time(phrase, reference, languages)
+    if value is None:
+        fallback = "used the episode time" if which == "start" else "kept it open-ended"
+        draft.warnings.append(f"could not date the {which} {phrase!r}; {fallback}")
+    return value
+
+
+def add_fact(
+    draft: Draft,
+    source: str,
+    relation: str,
+    target: str,
+    sentence: str | None,
+    valid_at: datetime | None,
+    invalid_at: datetime | None,
+    attributes: dict[str, Any] | None = None,
+) -> None:
+    """Add one fact, adding its ends as entities if they are not in the draft yet (with a warning)."""
+    for end in (source, target):
+        if not draft.has_entity(end):
+            draft.warnings.append(f"fact names {end!r}, which was not extracted as an entity; added it")
+            draft.add_entity(end)
+    source, target = " ".join(source.split()), " ".join(target.split())
+    relation = relation_name(relation)
+    text = " ".join((sentence or f"{source} {relation.replace('_', ' ').lower()} {target}").split())
+    if valid_at is not None and invalid_at is not None and invalid_at < valid_at:
+        draft.warnings.append(
+            f"fact {text!r}: its end ({invalid_at.isoformat()}) is before its start ({valid_at.isoformat()}); "
+            "the end was dropped"
+        )
+        invalid_at = None
+    draft.facts.append(DraftFact(source, relation, target, text, valid_at, invalid_at, dict(attributes or {})))
+
+
+# -- time phrases in free text (the extraction-free path) -------------------------------------------------------
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
+    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_NUM = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|several|a couple of)"
+_UNIT = r"(?:days?|weeks?|months?|years?|hours?|minutes?|decades?)"
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_TIME_PHRASE = re.compile(
+    "|".join(
+        [
+            r"\b\d{4}-\d{2}-\d{2}\b",
+            rf"\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b",
+            rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b",
+            rf"\b{_MONTH}\s+\d{{4}}\b",
+            rf"\b{_NUM}\s+{_UNIT}\s+ago\b",
+            rf"\bin\s+{_NUM}\s+{_UNIT}\b",
+            rf"\b(?:last|next|this)\s+(?:week(?:end)?|month|year|{_WEEKDAY}|spring|summer|autumn|fall|winter)\b",
+            r"\b(?:yesterday|today|tomorrow|tonight)\b",
+            r"\b(?:in|since|during)\s+(?:19|20)\d{2}\b",
+        ]
+    ),
+    re.IGNORECASE,
+)
+
+
+def time_mentions(text: str, reference: datetime, languages: tuple[str, ...] = ("en",)) -> list[dict[str, str]]:
+    """Time phrases found in free text and the dates they denote against ``reference`` (ISO-8601 UTC).
+
+    >>> from datetime import UTC, datetime
+    >>> time_mentions("I met Bob two weeks ago in Paris.", datetime(2024, 5, 15, tzinfo=UTC))
+    [{'phrase': 'two weeks ago', 'at': '2024-05-01T00:00:00+00:00'}]
+    """
+    found: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for match in _TIME_PHRASE.finditer(text[:20_000]):
+        phrase = match.group(0)
+        if phrase.casefold() in seen:
+            continue
+        seen.add(phrase.casefold())
+        value = resolve_time(phrase, reference, languages)
+        if value is not None:
+            found.append({"phrase": phrase, "at": value.isoformat()})
+    return found
+
+
+def name_grams(text: str, longest: int = 5, limit: int = 20_000) -> Iterable[str]:
+    """Word n-grams of a text (up to ``longest`` words), candidate names for linking to known entities."""
+    words = re.findall(r"[\w][\w'.&-]*", text)[:limit]
+    words = [w.rstrip(".") for w in words]
+    seen: set[str] = set()
+    for n in range(1, longest + 1):
+        for i in range(len(words) - n + 1):
+            gram = " ".join(words[i : i + n])
+            key = gram.casefold()
+            if key not in seen:
+                seen.add(key)
+                yield gram

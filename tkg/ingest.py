@@ -1,0 +1,391 @@
+"""Ingestion: one episode from raw input to one atomic write, and its exact undo.
+
+An episode costs one extraction call; a second, batched resolution call is made only when some name or fact stays
+ambiguous after the deterministic passes (:mod:`tkg.extraction`); an optional reflection call adds one more. If
+the LLM fails for good, the episode is stored marked ``failed`` (retry it later) and no entity or fact of it is
+written. Everything the episode changes is computed first and written in one :class:`~tkg.storage.WriteBatch`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tkg import invalidation
+from tkg.community_tier import CommunityTier
+from tkg.config import MemoryConfig
+from tkg.drafts import Draft, from_extraction, name_grams, speaker_of, time_mentions
+from tkg.embedders.base import Embedder, check_vectors
+from tkg.errors import ExtractionFailedError, LLMError, ValidationError
+from tkg.extraction import EpisodePlanner, GraphPlan, PlanSettings, Questions
+from tkg.llm.base import LLMUsage
+from tkg.llm.guard import GuardedLLM
+from tkg.llm.prompts import extraction_prompt, reflection_prompt, resolution_prompt
+from tkg.llm.schema import GraphExtraction, Resolution
+from tkg.models import Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Record, Vector
+from tkg.names import normalize_name
+from tkg.ontology import Ontology
+from tkg.profiles import fold
+from tkg.storage import Store, WriteBatch
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeResult:
+    """What one ingestion wrote: the episode, the entities and facts it created or changed (invalidated facts
+    included), its LLM cost, and how each decision was made."""
+
+    episode: Episode
+    entities: list[Entity] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    usage: LLMUsage = field(default_factory=LLMUsage)
+    warnings: list[str] = field(default_factory=list)
+    decisions: dict[str, int] = field(default_factory=dict)
+    #: Wall time of the whole ingestion (LLM included), in seconds.
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> EpisodeStatus:
+        return self.episode.status
+
+
+@dataclass(frozen=True, slots=True)
+class RemovalResult:
+    """What :meth:`tkg.Memory.remove_episode` changed."""
+
+    episode_id: str
+    deleted_facts: list[str] = field(default_factory=list)
+    deleted_entities: list[str] = field(default_factory=list)
+    restored_facts: list[str] = field(default_factory=list)
+    updated_facts: list[str] = field(default_factory=list)
+    updated_entities: list[str] = field(default_factory=list)
+
+
+class Ingestor:
+    """The ingestion machinery behind :class:`tkg.Memory` (one per memory). ``lock`` serialises store access
+    between threads; LLM calls are made without holding it."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        llm: GuardedLLM | None,
+        config: MemoryConfig,
+        ontology: Ontology,
+        lock: threading.RLock,
+        communities: CommunityTier | None = None,
+    ) -> None:
+        self.store = store
+        self.communities = communities
+        self.embedder = embedder
+        self.llm = llm
+        self.config = config
+        self.ontology = ontology
+        self.lock = lock
+        self._group_locks: dict[str, threading.Lock] = {}
+        self.settings = PlanSettings(
+            ontology=ontology,
+            rules=config.resolution,
+            max_fact_candidates=config.max_fact_candidates,
+            max_summary_chars=config.max_summary_chars,
+        )
+
+    # -- the LLM steps --------------------------------------------------------------------------------------
+    def previous(self, episode: Episode, earlier: Sequence[Episode] = ()) -> list[Episode]:
+        """The episodes before ``episode`` given to the extraction prompt as context (``earlier``: episodes of
+        the same batch not yet stored)."""
+        n = self.config.context_episodes
+        if n == 0:
+            return []
+        with self.lock:
+            stored = self.store.recent_episodes(episode.group_id, episode.reference_time, n + len(earlier) + 1)
+        pending = [e for e in earlier if e.group_id == episode.group_id and e.reference_time <= episode.reference_time]
+        merged = [e for e in stored if e.id != episode.id] + pending
+        merged.sort(key=lambda e: e.reference_time)  # stable: stored first, then batch order
+        return merged[-n:]
+
+    def extract(self, episode: Episode, previous: Sequence[Episode], usage: LLMUsage) -> GraphExtraction:
+        """Extraction call (and the reflection call, when configured). Raises :class:`LLMError`."""
+        assert self.llm is not None
+        speaker = speaker_of(episode.content) if episode.source is EpisodeSource.MESSAGE else None
+        types = self.ontology.describe() if self.ontology else ""
+        found = self.llm.call(extraction_prompt(episode, previous, speaker, types), GraphExtraction, usage)
+        if self.config.reflection:
+            more = self.llm.call(reflection_prompt(episode, previous, found), GraphExtraction, usage)
+            found = GraphExtraction(entities=[*found.entities, *more.entities], facts=[*found.facts, *more.facts])
+        return found
+
+    def group_lock(self, group_id: str) -> threading.Lock:
+        """Held while one episode of the group is ingested: episodes of one group apply one at a time, in order."""
+        with self.lock:
+            return self._group_locks.setdefault(group_id, threading.Lock())
+
+    # -- one episode ----------------------------------------------------------------------------------------
+    def ingest(
+        self,
+        episode: Episode,
+        now: datetime,
+        *,
+        extraction: GraphExtraction | None = None,
+        extract: bool,
+        usage: LLMUsage | None = None,
+        vectors: dict[str, Vector] | None = None,
+        started: float | None = None,
+    ) -> EpisodeResult:
+        """Ingest a validated, not yet stored episode. With ``extract`` the LLM extracts (unless ``extraction``
+        is given, as in bulk ingestion); raises :class:`ExtractionFailedError` after storing the episode as
+        failed if the LLM fails for good."""
+        with self.group_lock(episode.group_id):
+            return self._ingest(episode, now, extraction, extract, usage, vectors, started)
+
+    def _ingest(
+        self,
+        episode: Episode,
+        now: datetime,
+        extraction: GraphExtraction | None,
+        extract: bool,
+        usage: LLMUsage | None,
+        vectors: dict[str, Vector] | None,
+        started: float | None,
+    ) -> EpisodeResult:
+        started = time.perf_counter() if started is None else started
+        usage = usage if usage is not None else LLMUsage()
+        speaker = speaker_of(episode.content) if episode.source is EpisodeSource.MESSAGE else None
+        try:
+            if extract:
+                if extraction is None:
+                    extraction = self.extract(episode, self.previous(episode), usage)
+                draft = from_extraction(
+                    extraction, speaker, episode.reference_time, self.config.date_languages, self.ontology
+                )
+                status = EpisodeStatus.EXTRACTED
+            else:
+                draft = self._linked_draft(episode, speaker)
+                status = EpisodeStatus.STORED
+                times = time_mentions(episode.content, episode.reference_time, self.config.date_languages)
+                if times and episode.source is not EpisodeSource.JSON:
+                    episode = dataclasses.replace(episode, attributes={**episode.attributes, "times": times})
+            episode = dataclasses.replace(episode, status=status, error="")
+            return self._apply(episode, draft, now, usage, ask=extract, vectors=vectors, started=started)
+        except LLMError as exc:
+            failed = dataclasses.replace(episode, status=EpisodeStatus.FAILED, error=str(exc))
+            self._store_failed(failed, vectors)
+            raise ExtractionFailedError(
+                f"extraction of episode {episode.id} failed: {exc}. The episode is stored (status 'failed'); "
+                "call Memory.retry() once the LLM is back.",
+                episode_id=episode.id,
+            ) from exc
+
+    def apply_structured(self, episode: Episode, draft: Draft, now: datetime) -> EpisodeResult:
+        """Write a draft built from structured input (no LLM): deterministic resolution only."""
+        with self.group_lock(episode.group_id):
+            episode = dataclasses.replace(episode, status=EpisodeStatus.EXTRACTED)
+            return self._apply(episode, draft, now, LLMUsage(), ask=False, vectors=None, started=time.perf_counter())
+
+    def _linked_draft(self, episode: Episode, speaker: str | None) -> Draft:
+        """No extraction: the speaker, and the entities the memory already knows that the text names."""
+        draft = Draft()
+        if speaker:
+            draft.add_entity(speaker, "Person")
+        if episode.source is EpisodeSource.JSON:
+            return draft
+        grams = list(name_grams(episode.content))
+        with self.lock:
+            found = self.store.entities_by_name(episode.group_id, grams) if grams else {}
+        for gram in grams:
+            entities = found.get(normalize_name(gram))
+            if entities and len(entities) == 1:
+                draft.add_entity(gram)
+        return draft
+
+    def _apply(
+        self,
+        episode: Episode,
+        draft: Draft,
+        now: datetime,
+        usage: LLMUsage,
+        *,
+        ask: bool,
+        vectors: dict[str, Vector] | None,
+        started: float,
+    ) -> EpisodeResult:
+        texts = [episode.content, *(e.name for e in draft.entities), *(f.sentence for f in draft.facts)]
+        vectors = dict(vectors or {})
+        missing = [t for t in dict.fromkeys(texts) if t not in vectors]
+        if missing:
+            made = check_vectors(self.embedder.embed(missing), self.embedder.dim, len(missing))
+            vectors.update(zip(missing, made, strict=True))
+        with self.lock:
+            self._check_new(episode)
+            planner = EpisodePlanner(self.store, episode, now, self.settings, vectors)
+            questions = planner.questions(draft) if ask and self.llm is not None else Questions()
+        answer = None
+        if questions:
+            assert self.llm is not None
+            names = self._entity_names(questions)
+            answer = self.llm.call(
+                resolution_prompt(episode, questions.names, questions.facts, names), Resolution, usage
+            )
+        with self.lock:
+            plan = planner.build(draft, questions, answer)
+            episode = dataclasses.replace(episode, embedding=vectors[episode.content])
+            self._embed_plan(plan, vectors)
+            puts: list[Record] = [episode, *plan.entities.values(), *plan.facts.values(), *plan.mentions.values()]
+            deletes: list[tuple[Kind, str]] = []
+            if self.communities is not None and (plan.entities or plan.facts):
+                update = self.communities.extend(self.store, plan.entities.values(), plan.facts.values(), now=now)
+                puts.extend(update.puts)
+                deletes.extend(update.deletes)
+                usage.add(update.usage)
+            self.store.write(WriteBatch(puts=puts, deletes=deletes))
+            if self.communities is not None:
+                refreshed = self.communities.maybe_refresh(self.store, episode.group_id)
+                if refreshed is not None:
+                    usage.add(refreshed.usage)
+        return EpisodeResult(
+            episode=episode,
+            entities=list(plan.entities.values()),
+            facts=list(plan.facts.values()),
+            usage=usage,
+            warnings=list(plan.warnings),
+            decisions=dict(plan.decisions),
+            seconds=time.perf_counter() - started,
+        )
+
+    def _entity_names(self, questions: Questions) -> dict[str, str]:
+        ids = {c.source_id for f in questions.facts for c in f.candidates}
+        ids |= {c.target_id for f in questions.facts for c in f.candidates}
+        with self.lock:
+            records = self.store.get(Kind.ENTITY, sorted(ids))
+        return {r.id: r.name for r in records if isinstance(r, Entity)}
+
+    def _embed_plan(self, plan: GraphPlan, vectors: dict[str, Vector]) -> None:
+        texts = [plan.entities[i].name for i in plan.fresh_entities] + [plan.facts[i].fact for i in plan.fresh_facts]
+        missing = [t for t in dict.fromkeys(texts) if t not in vectors]
+        if missing:
+            made = check_vectors(self.embedder.embed(missing), self.embedder.dim, len(missing))
+            vectors.update(zip(missing, made, strict=True))
+        for i in plan.fresh_entities:
+            plan.entities[i] = dataclasses.replace(plan.entities[i], name_embedding=vectors[plan.entities[i].name])
+        for i in plan.fresh_facts:
+            plan.facts[i] = dataclasses.replace(plan.facts[i], embedding=vectors[plan.facts[i].fact])
+
+    def _store_failed(self, episode: Episode, vectors: dict[str, Vector] | None) -> None:
+        vector = (vectors or {}).get(episode.content)
+        if vector is None:
+            vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
+        with self.lock:
+            current = self.store.get(Kind.EPISODE, [episode.id])[0]
+            if current is None or (isinstance(current, Episode) and current.status is EpisodeStatus.FAILED):
+                self.store.write(WriteBatch(puts=[dataclasses.replace(episode, embedding=vector)]))
+
+    def _check_new(self, episode: Episode) -> None:
+        current = self.store.get(Kind.EPISODE, [episode.id])[0]
+        if current is not None and not (isinstance(current, Episode) and current.status is EpisodeStatus.FAILED):
+            raise ValidationError(f"episode {episode.id} already exists; episodes are immutable")
+
+    # -- undo -----------------------------------------------------------------------------------------------
+    def remove(self, episode: Episode, now: datetime) -> RemovalResult:
+        """Remove an episode and everything only it supports; restore what it invalidated (see
+        :meth:`tkg.Memory.remove_episode`)."""
+        with self.lock:
+            return self._remove(episode, now)
+
+    def _resettle(
+        self, restored: list[str], puts: dict[tuple[Kind, str], Record], gone: set[str], now: datetime
+    ) -> None:
+        """A restored fact of a single-valued relation may now overlap a live fact that arrived after it was
+        superseded; settle each such pair by the usual rules, the later-recorded fact acting as the new one."""
+        for fact_id in restored:
+            fact = puts[(Kind.FACT, fact_id)]
+            assert isinstance(fact, Fact)
+            if not self.ontology.single_valued(fact.relation):
+                continue
+            others = [puts.get((Kind.FACT, f.id), f) for f in self.store.facts_of([fact.source_id])]
+            for other in sorted(others, key=lambda f: f.created_at):
+                assert isinstance(other, Fact)
+                mine = puts[(Kind.FACT, fact_id)]
+                assert isinstance(mine, Fact)
+                if (
+                    other.id in gone
+                    or not invalidation.single_valued_conflict(mine, other)
+                    or mine.expired_at is not None
+                ):
+                    continue
+                if other.created_at >= mine.created_at:
+                    other, mine = invalidation.settle(other, mine, now)
+                else:
+                    mine, other = invalidation.settle(mine, other, now)
+                puts[(Kind.FACT, mine.id)] = mine
+                puts[(Kind.FACT, other.id)] = other
+
+    def _remove(self, episode: Episode, now: datetime) -> RemovalResult:
+        store = self.store
+        result = RemovalResult(episode.id)
+        puts: dict[tuple[Kind, str], Record] = {}
+        deletes: list[tuple[Kind, str]] = []
+        gone: dict[str, Fact] = {}
+        for fact in store.episode_facts(episode.id):
+            left = tuple(e for e in fact.episodes if e != episode.id)
+            if left:
+                puts[(Kind.FACT, fact.id)] = dataclasses.replace(fact, episodes=left)
+                result.updated_facts.append(fact.id)
+            else:
+                gone[fact.id] = fact
+                deletes.append((Kind.FACT, fact.id))
+                result.deleted_facts.append(fact.id)
+        if gone:
+            ends = sorted({e for f in gone.values() for e in (f.source_id, f.target_id)})
+            for fact in store.facts_of(ends):
+                if fact.invalidated_by in gone and fact.id not in gone:
+                    current = puts.get((Kind.FACT, fact.id), fact)
+                    assert isinstance(current, Fact)
+                    puts[(Kind.FACT, fact.id)] = invalidation.restore(current)
+                    result.restored_facts.append(fact.id)
+            self._resettle(result.restored_facts, puts, set(gone), now)
+        mentions = store.mentions(episode_ids=[episode.id])
+        deletes.extend((Kind.MENTION, m.id) for m in mentions)
+        touched = [m.entity_id for m in mentions]
+        entities = {e.id: e for e in store.get(Kind.ENTITY, touched) if isinstance(e, Entity)}
+        remaining_facts: dict[str, int] = {}
+        for fact in store.facts_of(touched):
+            if fact.id not in gone:
+                for end in (fact.source_id, fact.target_id):
+                    remaining_facts[end] = remaining_facts.get(end, 0) + 1
+        renamed: list[Entity] = []
+        dropped: set[str] = set()
+        for entity_id, entity in entities.items():
+            others = [m for m in store.mentions(entity_ids=[entity_id]) if m.episode_id != episode.id]
+            if not others and not remaining_facts.get(entity_id):
+                deletes.append((Kind.ENTITY, entity_id))
+                dropped.add(entity_id)
+                result.deleted_entities.append(entity_id)
+                continue
+            others.sort(key=lambda m: m.created_at)
+            profile = fold(entity, others, self.config.max_summary_chars) if others else entity
+            if profile != entity:
+                result.updated_entities.append(entity_id)
+                if profile.name != entity.name:
+                    renamed.append(profile)
+                else:
+                    puts[(Kind.ENTITY, entity_id)] = profile
+        if renamed:
+            vectors = check_vectors(self.embedder.embed([e.name for e in renamed]), self.embedder.dim, len(renamed))
+            for entity, vector in zip(renamed, vectors, strict=True):
+                puts[(Kind.ENTITY, entity.id)] = dataclasses.replace(entity, name_embedding=vector)
+        if dropped:
+            gone_members = store.memberships(entity_ids=sorted(dropped))
+            deletes.extend((Kind.MEMBERSHIP, m.id) for m in gone_members)
+            touched_communities = sorted({m.community_id for m in gone_members})
+            remaining = {
+                m.community_id
+                for m in store.memberships(community_ids=touched_communities)
+                if m.entity_id not in dropped
+            }
+            deletes.extend((Kind.COMMUNITY, c) for c in touched_communities if c not in remaining)
+        deletes.append((Kind.EPISODE, episode.id))
+        store.write(WriteBatch(puts=list(puts.values()), deletes=deletes))
+        return result

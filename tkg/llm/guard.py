@@ -1,0 +1,131 @@
+"""Retries, back-off, one shared concurrency limit and one requests-per-minute limit for every LLM call a memory
+makes (not per call site), plus usage accounting.
+
+>>> from tkg.llm import ScriptedLLM, GraphExtraction, Prompt
+>>> guard = GuardedLLM(ScriptedLLM([{"entities": [], "facts": []}]), LLMPolicy(max_attempts=2))
+>>> usage = LLMUsage()
+>>> guard.call(Prompt("x", "", "hello"), GraphExtraction, usage).facts, usage.calls
+([], 1)
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tkg.errors import ConfigurationError, LLMError
+from tkg.llm.base import LLMClient, LLMUsage, Prompt, T, Tokens, estimate_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class LLMPolicy:
+    """How a memory calls its LLM.
+
+    A retryable :class:`tkg.errors.LLMError` (rate limit, server error, timeout, output that does not fit the
+    schema) is tried again up to ``max_attempts`` in all, waiting ``backoff_initial * 2**n`` seconds (capped at
+    ``backoff_max``, at least the server's ``Retry-After``, with up to ``jitter`` of it added at random).
+    ``max_concurrency`` calls run at once and at most ``requests_per_minute`` start per minute (None: no limit),
+    across every thread of the memory.
+    """
+
+    max_attempts: int = 4
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    jitter: float = 0.1
+    max_concurrency: int = 8
+    requests_per_minute: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.max_concurrency < 1:
+            raise ConfigurationError("LLMPolicy.max_attempts and max_concurrency must be at least 1")
+        if self.backoff_initial < 0 or self.backoff_max < 0 or not 0 <= self.jitter <= 1:
+            raise ConfigurationError("LLMPolicy back-off times must be >= 0 and jitter within [0, 1]")
+        if self.requests_per_minute is not None and self.requests_per_minute <= 0:
+            raise ConfigurationError("LLMPolicy.requests_per_minute must be positive (or None)")
+
+
+class GuardedLLM:
+    """Wraps an :class:`~tkg.llm.base.LLMClient` with an :class:`LLMPolicy`. Thread-safe.
+
+    ``sleep`` and ``monotonic`` are seams for tests (default: :func:`time.sleep`, :func:`time.monotonic`).
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        policy: LLMPolicy | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        seed: int = 0,
+    ) -> None:
+        self.client = client
+        self.policy = policy or LLMPolicy()
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._slots = threading.BoundedSemaphore(self.policy.max_concurrency)
+        self._lock = threading.Lock()
+        self._next_start = 0.0
+        self._random = random.Random(seed)
+
+    def call(self, prompt: Prompt, response_model: type[T], usage: LLMUsage) -> T:
+        """One logical call (with its retries); its cost is added to ``usage``. Raises :class:`LLMError` once
+        retries are exhausted or the error is not retryable."""
+        started = self._monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            self._wait_for_rate()
+            try:
+                with self._slots:
+                    answer, tokens = self._generate(prompt, response_model)
+            except LLMError as exc:
+                if not exc.retryable or attempt >= self.policy.max_attempts:
+                    usage.failures += 1
+                    usage.record(prompt, None, self._monotonic() - started, attempt - 1)
+                    if attempt > 1:
+                        raise LLMError(f"{exc} (gave up after {attempt} attempts)", retryable=exc.retryable) from exc
+                    raise
+                self._sleep(self._delay(attempt, exc.retry_after))
+                continue
+            usage.record(prompt, tokens, self._monotonic() - started, attempt - 1)
+            return answer
+
+    def _generate(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens]:
+        reporting = getattr(self.client, "generate_with_usage", None)
+        try:
+            if reporting is not None:
+                answer, tokens = reporting(prompt, response_model)
+            else:
+                answer = self.client.generate(prompt, response_model)
+                tokens = None
+        except LLMError:
+            raise
+        except Exception as exc:  # a user's client raising its own error type: report it as tkg's
+            raise LLMError(f"LLM client raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(answer, response_model):
+            raise LLMError(
+                f"LLM client returned {type(answer).__name__}, not {response_model.__name__}", retryable=True
+            )
+        return answer, tokens if tokens is not None else estimate_tokens(prompt, answer)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        base = min(self.policy.backoff_max, self.policy.backoff_initial * 2 ** (attempt - 1))
+        base = max(base, min(retry_after or 0.0, self.policy.backoff_max))
+        with self._lock:
+            return base * (1 + self.policy.jitter * self._random.random())
+
+    def _wait_for_rate(self) -> None:
+        rpm = self.policy.requests_per_minute
+        if rpm is None:
+            return
+        interval = 60.0 / rpm
+        with self._lock:
+            now = self._monotonic()
+            start = max(now, self._next_start)
+            self._next_start = start + interval
+        if start > now:
+            self._sleep(start - now)

@@ -1,0 +1,142 @@
+"""Entity resolution, the deterministic part: is an extracted name an entity the graph already holds?
+
+Pure functions over names and candidate entities; no store, no LLM. The passes, cheapest first:
+
+1. exact: the normalised name equals a candidate's normalised name or alias -> that entity;
+2. fuzzy: character 3-gram Jaccard similarity >= ``fuzzy_threshold`` with one candidate -> that entity, unless the
+   name is *weak* (short single words and low-entropy strings such as "Al" or "aaa" are too easily confused);
+3. otherwise, candidates that look related (sharing a word, 3-gram Jaccard >= ``related_threshold``, or name
+   cosine >= ``cosine_threshold``) make the name *ambiguous*: only those go to the LLM, in one batched call;
+4. with no related candidate, the name is a new entity, without asking anyone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tkg.models import Entity
+from tkg.names import normalize_name
+
+_FUZZY_CHARS = re.compile(r"[^a-z0-9' ]+")
+_STOP = frozenset({"the", "a", "an", "of", "and", "mr", "mrs", "ms", "dr", "inc", "ltd", "co", "my", "our"})
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionRules:
+    """Thresholds of the deterministic passes."""
+
+    #: 3-gram Jaccard similarity at or above which a strong name merges without asking.
+    fuzzy_threshold: float = 0.9
+    #: 3-gram Jaccard similarity at or above which a candidate is worth asking about.
+    related_threshold: float = 0.45
+    #: Name-embedding cosine at or above which a candidate is worth asking about.
+    cosine_threshold: float = 0.85
+    #: At most this many candidates per ambiguous name go into the LLM prompt.
+    max_candidates: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome for one name: ``match`` (an entity id), or ``ambiguous`` candidates for the LLM, or neither
+    (a new entity). ``reason`` says which pass decided."""
+
+    match: str | None = None
+    ambiguous: tuple[Entity, ...] = field(default=())
+    reason: str = "new"
+
+
+def fuzzy_form(name: str) -> str:
+    """The normalised name with punctuation other than apostrophes removed."""
+    return " ".join(_FUZZY_CHARS.sub(" ", normalize_name(name)).split())
+
+
+def shingles(name: str) -> frozenset[str]:
+    """Character 3-grams of the fuzzy form, spaces removed (``"Bob"`` -> ``{"bob"}``)."""
+    text = fuzzy_form(name).replace(" ", "")
+    if len(text) < 3:
+        return frozenset({text}) if text else frozenset()
+    return frozenset(text[i : i + 3] for i in range(len(text) - 2))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity of two sets (0 when both are empty).
+
+    >>> round(jaccard(shingles("Jonathan Smith"), shingles("Jonathon Smith")), 2)
+    0.57
+    """
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def is_weak(name: str) -> bool:
+    """A name too short or too repetitive for fuzzy matching to be trusted: fewer than 6 characters in a single
+    word, or a character entropy under 1.5 bits.
+
+    >>> is_weak("Al"), is_weak("Alice Smith"), is_weak("aaaaaaa")
+    (True, False, True)
+    """
+    text = fuzzy_form(name)
+    compact = text.replace(" ", "")
+    if len(compact) < 6 and len(text.split()) < 2:
+        return True
+    counts = Counter(compact)
+    entropy = -sum((c / len(compact)) * math.log2(c / len(compact)) for c in counts.values()) if compact else 0.0
+    return entropy < 1.5
+
+
+def _words(name: str) -> set[str]:
+    return {w for w in fuzzy_form(name).split() if w not in _STOP}
+
+
+def forms(entity: Entity) -> list[str]:
+    return [entity.name, *entity.aliases]
+
+
+def judge(
+    name: str,
+    candidates: Sequence[Entity],
+    cosines: dict[str, float] | None = None,
+    rules: ResolutionRules | None = None,
+) -> Verdict:
+    """Decide whether ``name`` is one of ``candidates`` (entities of the same group), by the passes above.
+
+    ``cosines`` maps candidate ids to the cosine similarity of their name embedding with ``name``'s.
+
+    >>> from datetime import UTC, datetime
+    >>> alice = Entity(id="a", group_id="g", name="Alice Smith", created_at=datetime(2024, 1, 1, tzinfo=UTC))
+    >>> judge("alice  smith", [alice]).match, judge("Alice Smyth", [alice]).reason
+    ('a', 'ambiguous')
+    """
+    rules = rules or ResolutionRules()
+    cosines = cosines or {}
+    key = normalize_name(name)
+    exact = [c for c in candidates if any(normalize_name(f) == key for f in forms(c))]
+    if len(exact) == 1:
+        return Verdict(match=exact[0].id, reason="exact")
+    if len(exact) > 1:
+        return Verdict(ambiguous=tuple(exact[: rules.max_candidates]), reason="ambiguous")
+    grams = shingles(name)
+    words = _words(name)
+    scored: list[tuple[float, Entity]] = []
+    for candidate in candidates:
+        similarity = max(jaccard(grams, shingles(f)) for f in forms(candidate))
+        related = (
+            similarity >= rules.related_threshold
+            or bool(words & set().union(*(_words(f) for f in forms(candidate))))
+            or cosines.get(candidate.id, 0.0) >= rules.cosine_threshold
+        )
+        if related:
+            scored.append((similarity, candidate))
+    if not scored:
+        return Verdict()
+    scored.sort(key=lambda item: (-item[0], item[1].id))
+    best, entity = scored[0]
+    runner_up = scored[1][0] if len(scored) > 1 else 0.0
+    if best >= rules.fuzzy_threshold and runner_up < rules.fuzzy_threshold and not is_weak(name):
+        return Verdict(match=entity.id, reason="fuzzy")
+    return Verdict(ambiguous=tuple(c for _, c in scored[: rules.max_candidates]), reason="ambiguous")
