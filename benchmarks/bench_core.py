@@ -232,7 +232,10 @@ class TimedHandler:
 def extraction_handler(prompt: tkg.Prompt, model: type) -> dict[str, Any]:
     """A deterministic stand-in for the LLM: entities are the speaker plus the capitalised runs of the message;
     one fact from the speaker to each other entity, its relation from the message's verb; the time phrase, if
-    any, becomes valid_from."""
+    any, becomes valid_from. The batched resolution call (only made when a name or fact is ambiguous) is answered
+    with "nothing to merge or invalidate"."""
+    if model is not tkg.GraphExtraction:
+        return {}
     inputs = prompt.inputs
     content: str = inputs["content"]
     speaker: str | None = inputs.get("speaker")
