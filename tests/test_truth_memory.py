@@ -346,3 +346,23 @@ def test_removing_a_middle_episode_resettles_single_valued_facts() -> None:
     memory.remove_episode(results[1].episode.id)
     live = [f for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
     assert [f.fact for f in live] == ["Alice lives in Rome"]
+
+
+def test_a_declared_relation_between_the_wrong_types_becomes_relates_to() -> None:
+    with pytest.raises(ConfigurationError, match="not declared"):  # a relation signature naming an unknown type
+        Ontology(relations={"EMPLOYS": RelationType(sources=("Organization",))})
+    onto = Ontology(
+        entities={"Person": Person, "Organization": Person},
+        relations={"EMPLOYS": RelationType(sources=("Organization",), targets=("Person",))},
+    )
+    llm = ScriptedLLM(
+        [
+            {
+                "entities": [{"name": "Ann", "label": "Person"}, {"name": "Bob", "label": "Person"}],
+                "facts": [{"source": "Ann", "target": "Bob", "relation": "EMPLOYS", "fact": "Ann employs Bob"}],
+            }
+        ]
+    )
+    result = make(llm, ontology=onto).add_episode("Ann: I employ Bob", group_id="g")
+    assert [f.relation for f in result.facts] == ["RELATES_TO"]
+    assert any("stored as RELATES_TO" in w for w in result.warnings)

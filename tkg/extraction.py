@@ -104,19 +104,10 @@ class EpisodePlanner:
                 out.names.append(AmbiguousName(entity.name, entity.label, entity.summary, maybe))
         for index, item in enumerate(draft.facts):
             ends = [self._possible_ids(item.source), self._possible_ids(item.target)]
-            probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
             pool = self._pool([i for ids in ends for i in ids if i])
-            candidates: list[Fact] = []
-            for old in pool:
-                for s in ends[0]:
-                    for t in ends[1]:
-                        trial = dataclasses.replace(probe, source_id=s or "?s", target_id=t or "?t")
-                        if invalidation.is_candidate(trial, old):
-                            candidates.append(old)
-                            break
-                    else:
-                        continue
-                    break
+            sources = {i for i in ends[0] if i}
+            targets = {i for i in ends[1] if i}
+            candidates = [old for old in pool if _may_concern(old, sources, targets, item.relation)]
             if not candidates:
                 continue
             key = self._text_key(item.sentence, item.relation)
@@ -126,6 +117,7 @@ class EpisodePlanner:
             undecided = [old for old in candidates if not (single and old.relation == item.relation)]
             if not undecided:
                 continue  # single-valued relation: decided by the ontology
+            probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
             out.facts.append(OpenFact(probe, item.source, item.target, self._closest(item.sentence, undecided)))
             out.fact_index.append(index)
         return out
@@ -221,21 +213,40 @@ class EpisodePlanner:
         for index, item in enumerate(draft.facts):
             source_id = ids[normalize_name(item.source)]
             target_id = ids[normalize_name(item.target)]
+            relation, attributes = self._typed(item.relation, item.attributes, source_id, target_id, plan)
             new = Fact(
                 id=new_id(),
                 group_id=self.group,
                 source_id=source_id,
                 target_id=target_id,
-                relation=item.relation,
+                relation=relation,
                 fact=item.sentence,
                 created_at=self.now,
                 valid_at=item.valid_at,
                 invalid_at=item.invalid_at,
                 episodes=(self.episode.id,),
-                attributes=item.attributes,
+                attributes=attributes,
             )
             self._settle(new, fact_answers.get(index), plan)
         return plan
+
+    def _typed(
+        self, relation: str, attributes: dict[str, object], source_id: str, target_id: str, plan: GraphPlan
+    ) -> tuple[str, dict[str, object]]:
+        """A declared relation whose ends do not have the declared entity types becomes RELATES_TO (its
+        attributes dropped), with a warning: the ontology is a contract, not a hint."""
+        declared = self.settings.ontology.relations.get(relation)
+        if declared is None:
+            return relation, attributes
+        for allowed, end in ((declared.sources, source_id), (declared.targets, target_id)):
+            labels = plan.entities[end].labels
+            if allowed and not set(allowed) & set(labels):
+                plan.warnings.append(
+                    f"{relation} needs {'/'.join(allowed)} at its {'source' if end == source_id else 'target'}, "
+                    f"but {plan.entities[end].name!r} is {'/'.join(labels)}; stored as RELATES_TO"
+                )
+                return "RELATES_TO", {}
+        return relation, attributes
 
     def _entity_answers(self, questions: Questions, answer: Resolution | None, plan: GraphPlan) -> dict[str, str]:
         chosen: dict[str, str] = {}
@@ -373,3 +384,14 @@ class EpisodePlanner:
         plan.count("fact_new")
         plan.facts[new.id] = new
         plan.fresh_facts.append(new.id)
+
+
+def _may_concern(old: Fact, sources: set[str], targets: set[str], relation: str) -> bool:
+    """Could ``old`` be a candidate of a new fact whose ends are among ``sources`` x ``targets`` (the possible
+    resolutions of two names)? The rule of :func:`tkg.invalidation.is_candidate`, over every combination."""
+    if old.expired_at is not None:
+        return False
+    ends = {old.source_id, old.target_id}
+    if old.relation == relation and ends & (sources | targets):
+        return True
+    return any(ends == {s, t} for s in sources & ends for t in targets & ends)

@@ -10,6 +10,8 @@ Extraction (``extract_graph``, ``reflect``), per sentence of the episode (after 
 * otherwise every capitalised name (a run of capitalised words not at a sentence start, or at one if it is not a
   common word) becomes an entity, and with a speaker, the fact ``<speaker> TALKED_ABOUT <name>``.
 
+Community summaries: the first three member lines name the community, and the lines themselves are the summary.
+
 Resolution (``resolve``): a new name is the candidate whose name or alias starts or ends with it as whole words
 (only when exactly one does); a new fact duplicates a candidate with the same sentence (ignoring case and final
 punctuation), and contradicts candidates with the same subject (by that same name rule) and relation but another
@@ -32,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tkg.community_summaries import CommunityDigest, PartialSummary
 from tkg.errors import LLMError
 from tkg.llm.base import Prompt, T
 from tkg.llm.schema import (
@@ -86,6 +89,14 @@ class RulesLLM:
             answer = GraphExtraction() if prompt.name == "reflect" else self._extract(prompt.inputs)
         elif response_model is Resolution:
             answer = self._resolve(prompt.inputs)
+        elif response_model is PartialSummary:
+            answer = PartialSummary(summary=" ".join(prompt.inputs.get("lines", []))[:400])
+        elif response_model is CommunityDigest:
+            lines = [str(x) for x in prompt.inputs.get("lines", prompt.inputs.get("parts", []))]
+            heads = [re.split(r"[:(]", line.lstrip("-* "), maxsplit=1)[0].strip()[:40] for line in lines]
+            name = ", ".join(h for h in heads[:3] if h) or str(prompt.inputs.get("name", "community"))
+            summary = " ".join([str(prompt.inputs.get("summary", "")), *lines]).strip()[:400]
+            answer = CommunityDigest(summary=summary or name, name=name)
         else:
             raise LLMError(f"RulesLLM has no rule for {response_model.__name__}")
         return response_model.model_validate(answer.model_dump())
