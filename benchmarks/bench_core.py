@@ -229,13 +229,18 @@ class TimedHandler:
             self.seconds += time.perf_counter() - start
 
 
+RULES = tkg.RulesLLM()
+
+
 def extraction_handler(prompt: tkg.Prompt, model: type) -> dict[str, Any]:
     """A deterministic stand-in for the LLM: entities are the speaker plus the capitalised runs of the message;
     one fact from the speaker to each other entity, its relation from the message's verb; the time phrase, if
     any, becomes valid_from. The batched resolution call (only made when a name or fact is ambiguous) is answered
-    with "nothing to merge or invalidate"."""
-    if model is not tkg.GraphExtraction:
+    with "nothing to merge or invalidate"; community summaries as :class:`tkg.RulesLLM` does."""
+    if model is tkg.llm.Resolution:
         return {}
+    if model is not tkg.GraphExtraction:  # community summaries of the refresh policy
+        return RULES.generate(prompt, model).model_dump()
     inputs = prompt.inputs
     content: str = inputs["content"]
     speaker: str | None = inputs.get("speaker")

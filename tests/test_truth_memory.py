@@ -366,3 +366,16 @@ def test_a_declared_relation_between_the_wrong_types_becomes_relates_to() -> Non
     result = make(llm, ontology=onto).add_episode("Ann: I employ Bob", group_id="g")
     assert [f.relation for f in result.facts] == ["RELATES_TO"]
     assert any("stored as RELATES_TO" in w for w in result.warnings)
+
+
+def test_a_failing_community_refresh_does_not_fail_the_episode(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make(RulesLLM())
+    assert memory.communities is not None
+
+    def refresh_fails(store: Any, group_id: str) -> None:
+        raise LLMError("HTTP 400: summaries unavailable")
+
+    monkeypatch.setattr(memory.communities, "maybe_refresh", refresh_fails)
+    result = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
+    assert result.status is EpisodeStatus.EXTRACTED and "Alice lives in Paris" in facts(memory)
+    assert any("community refresh" in w for w in result.warnings) and memory.failed_episodes() == []

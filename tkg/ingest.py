@@ -241,19 +241,32 @@ class Ingestor:
                 deletes.extend(update.deletes)
                 usage.add(update.usage)
             self.store.write(WriteBatch(puts=puts, deletes=deletes))
-            if self.communities is not None:
-                refreshed = self.communities.maybe_refresh(self.store, episode.group_id)
-                if refreshed is not None:
-                    usage.add(refreshed.usage)
+        warnings = list(plan.warnings)
+        self._maintain_communities(episode.group_id, usage, warnings)
         return EpisodeResult(
             episode=episode,
             entities=list(plan.entities.values()),
             facts=list(plan.facts.values()),
             usage=usage,
-            warnings=list(plan.warnings),
+            warnings=warnings,
             decisions=dict(plan.decisions),
             seconds=time.perf_counter() - started,
         )
+
+    def _maintain_communities(self, group_id: str, usage: LLMUsage, warnings: list[str]) -> None:
+        """Run the community refresh policy after the episode is written. A refresh that fails (its LLM
+        summaries) changes nothing and does not fail the episode: the policy tries again on a later one."""
+        if self.communities is None:
+            return
+        try:
+            with self.lock:
+                refreshed = self.communities.maybe_refresh(self.store, group_id)
+        except LLMError as exc:
+            usage.failures += 1
+            warnings.append(f"community refresh of group {group_id} failed and was left for later: {exc}")
+            return
+        if refreshed is not None:
+            usage.add(refreshed.usage)
 
     def _entity_names(self, questions: Questions) -> dict[str, str]:
         ids = {c.source_id for f in questions.facts for c in f.candidates}
