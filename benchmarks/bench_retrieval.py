@@ -13,7 +13,7 @@ under the protocol of ``shared/research/retrieval_baselines.md``:
 Embeddings are cached on disk (``benchmarks/out/emb_cache/``, keyed by model, max length and text), so each
 distinct text is embedded once, ever. Data files are read from ``shared/data`` and never copied.
 
-    python benchmarks/bench_retrieval.py --quick     # 1 LoCoMo conversation, 4 LongMemEval questions
+    python benchmarks/bench_retrieval.py --quick     # 1 LoCoMo conversation, 6 LongMemEval questions
     python benchmarks/bench_retrieval.py             # both dev splits in full (first run embeds ~50k texts)
     python benchmarks/bench_retrieval.py --latency   # also: hybrid search p50/p95 over 100k facts
 """
@@ -684,6 +684,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--latency-facts", type=int, default=100_000)
     p.add_argument("--latency-queries", type=int, default=300)
     p.add_argument("--out", default=str(OUT_DIR / "retrieval.json"))
+    p.add_argument("--cache", default=str(OUT_DIR / "emb_cache"), help="embedding cache folder")
     p.add_argument("--progress", action="store_true", help="print progress per history to stderr")
     # the episode_context reranker's weights (defaults: tkg.search_config.EpisodeContext's)
     p.add_argument("--bm25-weight", type=float, default=1.0)
@@ -703,7 +704,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     root = data_dir(args.data)
-    cache = EmbeddingCache(OUT_DIR / "emb_cache", minilm_factory(args.threads), "all-MiniLM-L6-v2-int8/256")
+    cache = EmbeddingCache(Path(args.cache), minilm_factory(args.threads), "all-MiniLM-L6-v2-int8/256")
     results: list[tuple[Dataset, Collected]] = []
     wall = time.perf_counter()
     for name in args.datasets.split(","):

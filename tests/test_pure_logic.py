@@ -34,7 +34,7 @@ def test_rrf_sums_reciprocal_ranks_with_constant():
 @pytest.mark.parametrize(
     ("phrase", "expected"),
     [
-        ("two weeks ago", datetime(2024, 3, 1, 12, tzinfo=UTC)),
+        ("two weeks ago", datetime(2024, 3, 1, tzinfo=UTC)),  # a day-granular phrase: midnight, not 12:00
         ("in 2019", datetime(2019, 1, 1, tzinfo=UTC)),
         ("2019", datetime(2019, 1, 1, tzinfo=UTC)),
         ("2023-05-01", datetime(2023, 5, 1, tzinfo=UTC)),

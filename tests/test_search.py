@@ -145,6 +145,8 @@ def test_cross_encoder_seam_scores_and_min_score(memory):
     graded = Memory(embedder=memory.embedder, llm=llm, store=memory.store, clock=memory.clock)
     assert graded.search("Globex", group_ids="g", config="cross_encoder").facts[0].score == 0.7
     assert any(p.name == "rerank" for p in llm.calls)
+    # through the memory's guard, counted in its totals (one grading call per target)
+    assert graded.usage.by_prompt == {"rerank": sum(p.name == "rerank" for p in llm.calls)}
 
 
 def test_invalidated_facts_only_on_request(memory):

@@ -209,3 +209,16 @@ def test_time_phrases_resolve_against_the_reference_time() -> None:
         resolve_time("two weeks ago", None)  # type: ignore[arg-type]
     found = {m["phrase"]: m["at"][:10] for m in time_mentions("Yesterday I saw Bob; in 2019 too.", ref)}
     assert found == {"Yesterday": "2024-05-14", "in 2019": "2019-01-01"}
+
+
+def test_common_relative_phrases_use_exact_calendar_arithmetic() -> None:
+    ref = datetime(2024, 3, 31, 13, 45, tzinfo=UTC)
+    assert resolve_time("a month ago", ref) == day(2024, 2, 29)  # clamped to the month's last day
+    assert resolve_time("one year ago", ref) == day(2023, 3, 31)
+    assert resolve_time("in 2 weeks", ref) == day(2024, 4, 14)
+    assert resolve_time("3 hours ago", ref) == datetime(2024, 3, 31, 10, 45, tzinfo=UTC)  # keeps the time of day
+    assert resolve_time("last month", ref) == day(2024, 2, 1) and resolve_time("next year", ref) == day(2025)
+    assert resolve_time("yesterday", ref) == day(2024, 3, 30) and resolve_time("a couple of days ago", ref) == day(
+        2024, 3, 29
+    )
+    assert resolve_time("9999 years ago", ref) is None  # out of the calendar: nothing, not a crash

@@ -6,6 +6,7 @@
 
 from tkg.clock import Clock, FixedClock, SystemClock
 from tkg.config import MemoryConfig
+from tkg.context import Context
 from tkg.embedders import Embedder, HashEmbedder
 from tkg.errors import (
     BackendError,
@@ -28,18 +29,26 @@ from tkg.llm.rules import RulesLLM
 from tkg.memory import EpisodeInput, EpisodeResult, FactInput, Memory, RemovalResult
 from tkg.models import Community, Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Membership, Mention
 from tkg.ontology import Ontology, RelationType
+from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer, TermOverlapScorer
 from tkg.search import Scored, SearchResults
+from tkg.search_config import PRESETS, Method, Reranker, SearchConfig, TargetConfig, preset
 from tkg.storage import Hit, Store, WriteBatch
+from tkg.timeline import DateRange, Filters
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PRESETS",
     "BackendError",
     "Clock",
     "Community",
     "ConfigurationError",
+    "Context",
+    "CrossEncoder",
+    "DateRange",
     "Embedder",
     "EmbeddingError",
+    "EmbeddingScorer",
     "Entity",
     "Episode",
     "EpisodeError",
@@ -50,6 +59,7 @@ __all__ = [
     "ExtractionFailedError",
     "Fact",
     "FactInput",
+    "Filters",
     "FixedClock",
     "GraphExtraction",
     "HashEmbedder",
@@ -58,28 +68,35 @@ __all__ = [
     "LLMClient",
     "LLMError",
     "LLMPolicy",
+    "LLMScorer",
     "LLMUsage",
     "Membership",
     "Memory",
     "MemoryConfig",
     "Mention",
+    "Method",
     "NotFoundError",
     "Ontology",
     "Prompt",
     "RelationType",
     "RemovalResult",
+    "Reranker",
     "RulesLLM",
     "Scored",
     "ScriptedLLM",
+    "SearchConfig",
     "SearchResults",
     "SnapshotError",
     "SnapshotFormatError",
     "SnapshotVersionError",
     "Store",
     "SystemClock",
+    "TargetConfig",
+    "TermOverlapScorer",
     "TimestampError",
     "TkgError",
     "UnknownGroupError",
     "ValidationError",
     "WriteBatch",
+    "preset",
 ]

@@ -556,19 +556,27 @@ class Memory:
         scope = make_scope(self.clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
         self._check_groups(scope.group_ids)
         vector = check_vectors(self.embedder.embed([query]), self.embedder.dim, 1)[0]
+        graded: LLMScorer | None = None
         if cross_encoder is None and any(getattr(chosen, t).reranker is Reranker.CROSS_ENCODER for t in chosen.targets):
-            cross_encoder = LLMScorer(self.llm) if self.llm is not None else EmbeddingScorer(self.embedder)
-        return search(
-            self.store,
-            query,
-            vector,
-            scope,
-            chosen,
-            center=center,
-            origins=origins,
-            cross_encoder=cross_encoder,
-            reference_time=optional_utc(reference_time, "reference_time"),
-        )
+            guarded = self._ingestor.llm
+            graded = LLMScorer(guarded) if guarded is not None else None
+            cross_encoder = graded if graded is not None else EmbeddingScorer(self.embedder)
+        try:
+            with self._lock:
+                return search(
+                    self.store,
+                    query,
+                    vector,
+                    scope,
+                    chosen,
+                    center=center,
+                    origins=origins,
+                    cross_encoder=cross_encoder,
+                    reference_time=optional_utc(reference_time, "reference_time"),
+                )
+        finally:
+            if graded is not None:
+                self._count(graded.usage)
 
     def _search_config(
         self, config: SearchConfig | str | None, limit: int | None, targets: Sequence[str] | None

@@ -21,7 +21,8 @@ from pydantic import BaseModel, Field
 
 from tkg.embedders.base import Embedder, check_vectors
 from tkg.errors import LLMError
-from tkg.llm.base import LLMClient, Prompt
+from tkg.llm.base import LLMClient, LLMUsage, Prompt
+from tkg.llm.guard import GuardedLLM
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
@@ -102,15 +103,22 @@ class LLMScorer:
     [0.2, 0.9]
     """
 
-    def __init__(self, llm: LLMClient, *, max_passage_chars: int = 1000) -> None:
+    def __init__(self, llm: LLMClient | GuardedLLM, *, max_passage_chars: int = 1000) -> None:
         self.llm = llm
         self.max_passage_chars = max_passage_chars
+        #: What the grading calls cost (through a :class:`~tkg.llm.guard.GuardedLLM`: with its retries).
+        self.usage = LLMUsage()
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         if not passages:
             return []
         clipped = [p[: self.max_passage_chars] for p in passages]
-        answer = self.llm.generate(relevance_prompt(query, clipped), RelevanceGrades)
+        prompt = relevance_prompt(query, clipped)
+        if isinstance(self.llm, GuardedLLM):
+            answer = self.llm.call(prompt, RelevanceGrades, self.usage)
+        else:
+            answer = self.llm.generate(prompt, RelevanceGrades)
+            self.usage.record(prompt)
         scores = [0.0] * len(passages)
         for grade in answer.grades:
             if not 0 <= grade.index < len(passages):

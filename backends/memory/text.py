@@ -121,11 +121,12 @@ class TextIndex:
             ids = main.get_tokens_ids(terms)
             if ids:
                 scores = main.get_scores_from_ids(ids)
-                slots = self._main_slots
-                keep = self._main_current.view()[slots] & mask[slots]
-                scores = np.where(keep, scores, 0.0)
+                # Few documents share a query term: keep the positives first, then check only those against the
+                # scope mask (gathering the mask over every slot cost more than the scoring).
                 positive = np.flatnonzero(scores > 0)
-                found = top_k(slots[positive], scores[positive].astype(np.float32), k)
+                slots = self._main_slots[positive]
+                keep = self._main_current.view()[slots] & mask[slots]
+                found = top_k(slots[keep], scores[positive][keep].astype(np.float32), k)
         if self._tail:
             found += self._search_tail(terms, k, mask)
             found.sort(key=lambda item: (-item[1], item[0]))
