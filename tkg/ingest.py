@@ -8,10 +8,11 @@ written. Everything the episode changes is computed first and written in one :cl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -118,10 +119,16 @@ class Ingestor:
             found = GraphExtraction(entities=[*found.entities, *more.entities], facts=[*found.facts, *more.facts])
         return found
 
-    def group_lock(self, group_id: str) -> threading.Lock:
-        """Held while one episode of the group is ingested: episodes of one group apply one at a time, in order."""
+    @contextlib.contextmanager
+    def group_lock(self, group_id: str) -> Iterator[None]:
+        """Held while one episode of the group is ingested or removed: episodes of one group apply one at a time,
+        in order. A store shared by several processes (one with a ``group_lock`` of its own, such as PostgreSQL)
+        is locked too, so two processes never plan from the same state."""
         with self.lock:
-            return self._group_locks.setdefault(group_id, threading.Lock())
+            local = self._group_locks.setdefault(group_id, threading.Lock())
+        shared = getattr(self.store, "group_lock", None)
+        with local, shared(group_id) if shared is not None else contextlib.nullcontext():
+            yield
 
     # -- one episode ----------------------------------------------------------------------------------------
     def ingest(

@@ -89,8 +89,11 @@ def save(store: Store, path: str | os.PathLike[str], meta: Mapping[str, Any]) ->
     records = {kind.value: [encode_record(r) for r in store.scan(kind)] for kind in Kind}
     try:
         payload = msgpack.packb({"meta": dict(meta), "records": records}, use_bin_type=True)
-    except (TypeError, ValueError) as exc:
-        raise SnapshotError(f"cannot encode the memory (an attribute value is not serialisable?): {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SnapshotError(
+            f"cannot encode the memory (an attribute value is not serialisable, or an integer wider than 64 "
+            f"bits?): {exc}"
+        ) from None
     header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest())
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():

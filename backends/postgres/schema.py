@@ -1,0 +1,230 @@
+"""The PostgreSQL schema of tkg: tables, indexes, and the migrations that build and upgrade them.
+
+All of tkg's tables live in one PostgreSQL schema (``tkg`` unless told otherwise). Its ``meta`` table records
+the schema version, the vector dimension and the text-search configuration. Opening a store runs the missing
+migrations in one transaction, under an advisory lock so that processes opening the same database at once do not
+race; a schema newer than this tkg knows is refused with a clear error (upgrade tkg), never written to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tkg.errors import BackendError
+from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
+
+#: The schema version this tkg writes. Bump it and add a migration to change the schema.
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    record: type[Record]
+    key: tuple[str, ...]  # the primary key columns (the record's id, or its two ends)
+
+
+TABLES: dict[Kind, Table] = {
+    Kind.EPISODE: Table("episodes", Episode, ("id",)),
+    Kind.ENTITY: Table("entities", Entity, ("id",)),
+    Kind.FACT: Table("facts", Fact, ("id",)),
+    Kind.COMMUNITY: Table("communities", Community, ("id",)),
+    Kind.MENTION: Table("mentions", Mention, ("episode_id", "entity_id")),
+    Kind.MEMBERSHIP: Table("memberships", Membership, ("community_id", "entity_id")),
+}
+
+# Version 1. `seq` orders records by first insertion (a replace keeps it), as the Store interface's "insertion
+# order" requires. `tsv` holds the full-text document (tkg.models.search_text), computed at write time. Vectors
+# are stored as given (cosine ignores length), so records come back exactly as they were put. Attribute maps are
+# `json`, not `jsonb`: json keeps the text as written, so every number comes back as the same Python value.
+_V1 = """
+CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE SEQUENCE {s}.record_seq;
+CREATE TABLE {s}.counts (
+    kind text NOT NULL, group_id text NOT NULL, n bigint NOT NULL, PRIMARY KEY (kind, group_id)
+);
+CREATE TABLE {s}.episodes (
+    seq bigint NOT NULL DEFAULT nextval('{s_raw}.record_seq') UNIQUE,
+    id text PRIMARY KEY,
+    group_id text NOT NULL,
+    content text NOT NULL,
+    source text NOT NULL,
+    reference_time timestamptz NOT NULL,
+    created_at timestamptz NOT NULL,
+    source_description text NOT NULL,
+    name text NOT NULL,
+    status text NOT NULL,
+    error text NOT NULL,
+    attributes json NOT NULL,
+    embedding {vector},
+    tsv tsvector NOT NULL
+);
+CREATE INDEX episodes_timeline ON {s}.episodes (group_id, reference_time, seq);
+CREATE TABLE {s}.entities (
+    seq bigint NOT NULL DEFAULT nextval('{s_raw}.record_seq') UNIQUE,
+    id text PRIMARY KEY,
+    group_id text NOT NULL,
+    name text NOT NULL,
+    created_at timestamptz NOT NULL,
+    summary text NOT NULL,
+    labels text[] NOT NULL,
+    attributes json NOT NULL,
+    aliases text[] NOT NULL,
+    names text[] NOT NULL,
+    name_embedding {vector},
+    tsv tsvector NOT NULL
+);
+CREATE INDEX entities_group ON {s}.entities (group_id, seq);
+CREATE INDEX entities_names ON {s}.entities USING gin (names);
+CREATE TABLE {s}.facts (
+    seq bigint NOT NULL DEFAULT nextval('{s_raw}.record_seq') UNIQUE,
+    id text PRIMARY KEY,
+    group_id text NOT NULL,
+    source_id text NOT NULL,
+    target_id text NOT NULL,
+    relation text NOT NULL,
+    fact text NOT NULL,
+    created_at timestamptz NOT NULL,
+    valid_at timestamptz,
+    invalid_at timestamptz,
+    expired_at timestamptz,
+    episodes text[] NOT NULL,
+    attributes json NOT NULL,
+    invalidated_by text,
+    prior_invalid_at timestamptz,
+    embedding {vector},
+    tsv tsvector NOT NULL
+);
+CREATE INDEX facts_group ON {s}.facts (group_id, seq);
+CREATE INDEX facts_source ON {s}.facts (source_id);
+CREATE INDEX facts_target ON {s}.facts (target_id);
+CREATE INDEX facts_episodes ON {s}.facts USING gin (episodes);
+CREATE TABLE {s}.communities (
+    seq bigint NOT NULL DEFAULT nextval('{s_raw}.record_seq') UNIQUE,
+    id text PRIMARY KEY,
+    group_id text NOT NULL,
+    name text NOT NULL,
+    created_at timestamptz NOT NULL,
+    summary text NOT NULL,
+    name_embedding {vector},
+    tsv tsvector NOT NULL
+);
+CREATE INDEX communities_group ON {s}.communities (group_id, seq);
+CREATE TABLE {s}.mentions (
+    seq bigint NOT NULL DEFAULT nextval('{s_raw}.record_seq') UNIQUE,
+    episode_id text NOT NULL,
+    entity_id text NOT NULL,
+    group_id text NOT NULL,
+    created_at timestamptz NOT NULL,
+    name text NOT NULL,
+    label text NOT NULL,
+    summary text NOT NULL,
+    attributes json NOT NULL,
+    PRIMARY KEY (episode_id, entity_id)
+);
+CREATE INDEX mentions_entity ON {s}.mentions (entity_id);
+CREATE TABLE {s}.memberships (
+    seq bigint NOT NULL DEFAULT nextval('{s_raw}.record_seq') UNIQUE,
+    community_id text NOT NULL,
+    entity_id text NOT NULL,
+    group_id text NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (community_id, entity_id)
+);
+CREATE INDEX memberships_entity ON {s}.memberships (entity_id);
+"""
+
+#: The search indexes, kept apart so that a bulk load can drop them and build each once at the end.
+SEARCH_INDEXES: dict[str, str] = {
+    "episodes_tsv": "CREATE INDEX IF NOT EXISTS episodes_tsv ON {s}.episodes USING gin (tsv)",
+    "entities_tsv": "CREATE INDEX IF NOT EXISTS entities_tsv ON {s}.entities USING gin (tsv)",
+    "facts_tsv": "CREATE INDEX IF NOT EXISTS facts_tsv ON {s}.facts USING gin (tsv)",
+    "communities_tsv": "CREATE INDEX IF NOT EXISTS communities_tsv ON {s}.communities USING gin (tsv)",
+    "episodes_hnsw": (
+        "CREATE INDEX IF NOT EXISTS episodes_hnsw ON {s}.episodes USING hnsw (embedding vector_cosine_ops)"
+    ),
+    "entities_hnsw": (
+        "CREATE INDEX IF NOT EXISTS entities_hnsw ON {s}.entities USING hnsw (name_embedding vector_cosine_ops)"
+    ),
+    "facts_hnsw": "CREATE INDEX IF NOT EXISTS facts_hnsw ON {s}.facts USING hnsw (embedding vector_cosine_ops)",
+    "communities_hnsw": (
+        "CREATE INDEX IF NOT EXISTS communities_hnsw ON {s}.communities USING hnsw (name_embedding vector_cosine_ops)"
+    ),
+}
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def render(text: str, schema: str, vector: str = "") -> sql.Composed:
+    """``text`` with ``{s}`` as the quoted schema name (``{s_raw}`` inside a string literal); no values inside."""
+    return sql.SQL(text).format(
+        s=sql.Identifier(schema),
+        s_raw=sql.SQL(quote_ident(schema).replace("'", "''")),
+        vector=sql.SQL(vector),
+    )
+
+
+def _migrate_to_1(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    dim = int(settings["dim"])
+    conn.execute(render(_V1, schema, vector=f"vector({dim})"))
+    for statement in SEARCH_INDEXES.values():
+        conn.execute(render(statement, schema))
+    conn.execute(
+        render("INSERT INTO {s}.meta (key, value) VALUES ('dim', %s), ('text_config', %s)", schema),
+        [str(dim), settings["text_config"]],
+    )
+
+
+#: MIGRATIONS[n] takes a schema at version n - 1 to version n.
+MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {1: _migrate_to_1}
+
+
+def read_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema version stored in ``schema`` (0: no tkg schema there yet)."""
+    row = conn.execute("SELECT to_regclass(%s)", [quote_ident(schema) + ".meta"]).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    found = conn.execute(render("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema)).fetchone()
+    return int(found[0]) if found else 0
+
+
+def ensure_schema(conn: psycopg.Connection[Any], schema: str, dim: int, text_config: str) -> dict[str, str]:
+    """Create or upgrade the tkg schema; returns its ``meta`` settings. ``conn`` must be in autocommit mode."""
+    with conn.transaction():
+        # One process migrates at a time; the others wait here and then find the schema current.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"tkg-schema:{schema}"])
+        version = read_version(conn, schema)
+        if version > SCHEMA_VERSION:
+            raise BackendError(
+                f"the tkg schema {schema!r} in this database is at version {version}, newer than this tkg knows "
+                f"({SCHEMA_VERSION}); it was written by a newer tkg. Upgrade tkg (pip install -U tkg) to open it; "
+                "nothing was changed"
+            )
+        if version < SCHEMA_VERSION:
+            try:
+                conn.execute(render("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+            except psycopg.errors.InsufficientPrivilege:
+                raise BackendError(
+                    f"cannot create the PostgreSQL schema {schema!r}: the role lacks the CREATE privilege on this "
+                    "database. Grant it, or create the schema for this role first"
+                ) from None
+            settings = {"dim": str(dim), "text_config": text_config}
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[target](conn, schema, settings)
+            conn.execute(
+                render(
+                    "INSERT INTO {s}.meta (key, value) VALUES ('schema_version', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    schema,
+                ),
+                [str(SCHEMA_VERSION)],
+            )
+        rows = conn.execute(render("SELECT key, value FROM {s}.meta", schema)).fetchall()
+    return {str(k): str(v) for k, v in rows}

@@ -1,0 +1,70 @@
+"""A :class:`tkg.timeline.Scope` as a SQL ``WHERE`` fragment: the same rules as ``Scope.admits``, in SQL.
+
+Every value goes in as a named query parameter; only column names (constants of this module) are spliced into
+the text. The fragment refers to the kind's table unqualified, so it fits any ``SELECT ... FROM <table>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tkg.models import Kind
+from tkg.timeline import DATE_FIELDS, Filters, Scope
+
+from .schema import TABLES
+
+#: Columns that may hold NULL (a missing timestamp); the others always have a value.
+_NULLABLE = {"valid_at", "invalid_at", "expired_at"}
+
+
+def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
+    """The conditions ``scope`` puts on records of ``kind`` (``TRUE`` when none); adds its values to ``params``."""
+    if scope is None:
+        return "TRUE"
+    parts: list[str] = []
+    if scope.group_ids is not None:
+        params["s_groups"] = sorted(scope.group_ids)
+        parts.append("group_id = ANY(%(s_groups)s)")
+    params["s_known"] = scope.known_at
+    parts.append("created_at <= %(s_known)s")
+    if kind is Kind.FACT and scope.as_of is not None:
+        params["s_at"] = scope.as_of
+        # An invalidation learnt after known_at (expired_at > known_at) is not yet known: the fact looks open.
+        parts.append(
+            "(valid_at IS NULL OR valid_at <= %(s_at)s) AND (invalid_at IS NULL OR "
+            "(expired_at IS NOT NULL AND expired_at > %(s_known)s) OR %(s_at)s < invalid_at)"
+        )
+    elif kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
+        params["s_at"] = scope.as_of
+        parts.append("reference_time <= %(s_at)s")
+    if scope.filters:
+        parts.extend(_filters(kind, scope.filters, params))
+    return " AND ".join(parts)
+
+
+def _filters(kind: Kind, filters: Filters, params: dict[str, Any]) -> list[str]:
+    parts: list[str] = []
+    if filters.labels is not None and kind is Kind.ENTITY:
+        params["f_labels"] = sorted(filters.labels)
+        parts.append("labels && %(f_labels)s::text[]")
+    if filters.relations is not None and kind is Kind.FACT:
+        params["f_relations"] = sorted(filters.relations)
+        parts.append("relation = ANY(%(f_relations)s)")
+    record_type = TABLES[kind].record
+    for i, rng in enumerate(filters.dates):
+        if record_type not in DATE_FIELDS[rng.field]:
+            continue
+        column = rng.field  # one of DATE_FIELDS' keys, which are also our column names
+        inside: list[str] = []
+        if rng.start is not None:
+            params[f"d{i}_start"] = rng.start
+            inside.append(f"{column} >= %(d{i}_start)s")
+        if rng.end is not None:
+            params[f"d{i}_end"] = rng.end
+            inside.append(f"{column} < %(d{i}_end)s")
+        condition = " AND ".join(inside) or "TRUE"
+        if column in _NULLABLE:
+            missing = "TRUE" if rng.include_missing else "FALSE"
+            condition = f"(({column} IS NOT NULL AND {condition}) OR ({column} IS NULL AND {missing}))"
+        parts.append(condition)
+    return parts

@@ -1,0 +1,387 @@
+"""The PostgreSQL backend beyond the shared conformance suite: tkg on top of it, moving memories between backends,
+schema versions and migrations, several processes at once, and bad input (each a clear tkg error, nothing
+half-written)."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import string
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from conftest import T0, new_postgres_schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tkg import FactInput, FixedClock, HashEmbedder, Memory
+from tkg.backends.memory import InMemoryStore
+from tkg.backends.postgres import SCHEMA_VERSION, EmbeddedPostgres, PostgresStore
+from tkg.backends.postgres import schema as pg_schema
+from tkg.errors import BackendError, ConfigurationError, ValidationError
+from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
+from tkg.storage import WriteBatch
+
+DIM = 32
+EMB = HashEmbedder(dim=DIM)
+NOW = T0 + timedelta(days=30)
+
+
+@pytest.fixture
+def server(postgres_server: EmbeddedPostgres) -> EmbeddedPostgres:
+    return postgres_server
+
+
+@pytest.fixture
+def store(server: EmbeddedPostgres) -> Iterator[PostgresStore]:
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as opened:
+        yield opened
+
+
+def admin(server: EmbeddedPostgres, dsn: str | None = None) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn or server.dsn, autocommit=True)
+
+
+def table_counts(server: EmbeddedPostgres, schema: str) -> dict[str, int]:
+    with admin(server) as conn:
+        return {
+            t.name: conn.execute(f'SELECT count(*) FROM "{schema}".{t.name}').fetchone()[0]  # type: ignore[index]
+            for t in pg_schema.TABLES.values()
+        }
+
+
+# -- tkg on PostgreSQL ----------------------------------------------------------------------------------------
+def test_memory_on_postgres_answers_like_memory_in_process(store: PostgresStore) -> None:
+    facts = [
+        FactInput("Alice", "WORKS_AT", "Acme", valid_at="2023-01-01T00:00:00Z"),
+        FactInput("Alice", "LIVES_IN", "Berlin"),
+        FactInput("Bob", "WORKS_AT", "Initech"),
+    ]
+    answers = []
+    for backing in (InMemoryStore(dim=DIM), store):
+        memory = Memory(backing, embedder=EMB, clock=FixedClock(NOW))
+        memory.add_facts(facts, group_id="team")
+        memory.add_episode("Alice: I moved to Berlin last year", group_id="team")
+        found = memory.search("where does Alice work?", group_ids=["team"], limit=5)
+        answers.append(
+            ([s.record.fact for s in found.facts], sorted(e.record.name for e in found.entities), memory.stats())
+        )
+    assert answers[0] == answers[1]
+
+
+def test_data_outlives_the_store(server: EmbeddedPostgres) -> None:
+    schema = new_postgres_schema()
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as first:
+        Memory(first, embedder=EMB, clock=FixedClock(NOW)).add_facts([FactInput("Ann", "KNOWS", "Bo")], group_id="g")
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as again:
+        assert again.count(Kind.FACT) == 1 and again.groups() == {"g"}
+        with pytest.raises(ConfigurationError, match="holds 32-d vectors"):
+            PostgresStore(server.dsn, dim=DIM * 2, schema=schema)
+
+
+# -- moving between backends ------------------------------------------------------------------------------------
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+NAMES = st.text(alphabet=string.ascii_letters + " éß", min_size=1, max_size=12).filter(str.strip)
+TIMES = st.datetimes(
+    min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)  # microseconds included
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | TEXT | TIMES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+ATTRS = st.dictionaries(TEXT, JSON, max_size=3)
+VECTOR = st.none() | st.lists(
+    st.floats(width=32, allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
+    min_size=DIM,
+    max_size=DIM,
+).map(lambda v: np.array(v, dtype=np.float32))
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> list[Record]:
+    n_entities = draw(st.integers(1, 5))
+    entities = [
+        Entity(
+            id=f"e{i}",
+            group_id="g",
+            name=draw(NAMES),
+            created_at=draw(TIMES),
+            summary=draw(TEXT),
+            labels=tuple(draw(st.lists(st.sampled_from(["Entity", "Person", "Place"]), min_size=1, max_size=2))),
+            attributes=draw(ATTRS),
+            aliases=tuple(draw(st.lists(NAMES, max_size=2))),
+            name_embedding=draw(VECTOR),
+        )
+        for i in range(n_entities)
+    ]
+    episodes = [
+        Episode(
+            id=f"ep{i}",
+            group_id="g",
+            content=draw(TEXT.filter(str.strip)),
+            source=draw(st.sampled_from(["message", "text", "json"])),
+            reference_time=draw(TIMES),
+            created_at=draw(TIMES),
+            status=draw(st.sampled_from(["extracted", "stored", "failed"])),
+            error=draw(TEXT),
+            attributes=draw(ATTRS),
+            embedding=draw(VECTOR),
+        )
+        for i in range(draw(st.integers(0, 3)))
+    ]
+    facts = []
+    for i in range(draw(st.integers(0, 5))):
+        created = draw(TIMES)
+        valid = draw(st.none() | TIMES)
+        invalid = draw(st.none() | TIMES.filter(lambda t, v=valid: v is None or t >= v))
+        facts.append(
+            Fact(
+                id=f"f{i}",
+                group_id="g",
+                source_id=f"e{draw(st.integers(0, n_entities - 1))}",
+                target_id=f"e{draw(st.integers(0, n_entities - 1))}",
+                relation=draw(st.sampled_from(["KNOWS", "WORKS_AT"])),
+                fact=draw(TEXT.filter(str.strip)),
+                created_at=created,
+                valid_at=valid,
+                invalid_at=invalid,
+                expired_at=draw(st.none() | st.just(created + timedelta(microseconds=draw(st.integers(0, 10**12))))),
+                episodes=tuple(e.id for e in episodes if draw(st.booleans())),
+                attributes=draw(ATTRS),
+                invalidated_by=draw(st.none() | st.just("f0")),
+                prior_invalid_at=draw(st.none() | TIMES),
+                embedding=draw(VECTOR),
+            )
+        )
+    mentions = [
+        Mention(ep.id, e.id, "g", draw(TIMES), name=draw(TEXT), label=draw(TEXT), attributes=draw(ATTRS))
+        for ep in episodes
+        for e in entities
+        if draw(st.booleans())
+    ]
+    communities = [
+        Community(id="c0", group_id="g", name=draw(TEXT), created_at=draw(TIMES), name_embedding=draw(VECTOR))
+    ]
+    members = [Membership("c0", e.id, "g", draw(TIMES)) for e in entities if draw(st.booleans())]
+    return [*episodes, *entities, *communities, *facts, *mentions, *members]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=graphs())
+def test_snapshot_moves_a_memory_between_backends_losslessly(
+    server: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory, records: list[Record]
+) -> None:
+    """in-memory -> snapshot -> PostgreSQL -> snapshot -> in-memory gives the same graph, record for record."""
+    folder = tmp_path_factory.mktemp("snap")
+    source = Memory(InMemoryStore(dim=DIM), embedder=EMB, clock=FixedClock(NOW))
+    source.store.write(WriteBatch(puts=records))
+    source.save(folder / "a.tkg")
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as pg:
+        on_pg = Memory.load(folder / "a.tkg", embedder=EMB, store=pg)
+        on_pg.save(folder / "b.tkg")
+        back = Memory.load(folder / "b.tkg", embedder=EMB)
+        for kind in Kind:
+            original = list(source.store.scan(kind))
+            assert list(pg.scan(kind)) == original, kind
+            assert list(back.store.scan(kind)) == original, kind
+            assert pg.count(kind) == len(original)
+
+
+def test_load_needs_an_empty_store(store: PostgresStore) -> None:
+    store.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="A", created_at=T0)]))
+    with pytest.raises(BackendError, match="empty store"):
+        store.load([Entity(id="e2", group_id="g", name="B", created_at=T0)])
+    assert store.count(Kind.ENTITY) == 1
+
+
+# -- schema versions and migrations -----------------------------------------------------------------------------
+def test_a_newer_schema_is_refused_and_left_alone(server: EmbeddedPostgres) -> None:
+    schema = new_postgres_schema()
+    PostgresStore(server.dsn, dim=DIM, schema=schema).close()
+    with admin(server) as conn:
+        conn.execute(f"UPDATE \"{schema}\".meta SET value = '{SCHEMA_VERSION + 1}' WHERE key = 'schema_version'")
+    with pytest.raises(BackendError, match=rf"version {SCHEMA_VERSION + 1}, newer than this tkg knows.*Upgrade tkg"):
+        PostgresStore(server.dsn, dim=DIM, schema=schema)
+    with admin(server) as conn:
+        row = conn.execute(f"SELECT value FROM \"{schema}\".meta WHERE key = 'schema_version'").fetchone()
+    assert row == (str(SCHEMA_VERSION + 1),)
+
+
+def test_migrations_run_once_in_order(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = new_postgres_schema()
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as old:
+        old.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="Ann", created_at=T0)]))
+    ran: list[int] = []
+
+    def to_next(conn: psycopg.Connection[Any], name: str, settings: dict[str, str]) -> None:
+        ran.append(SCHEMA_VERSION + 1)
+        conn.execute(pg_schema.render("ALTER TABLE {s}.entities ADD COLUMN note text", name))
+
+    monkeypatch.setattr(pg_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setitem(pg_schema.MIGRATIONS, SCHEMA_VERSION + 1, to_next)
+    for _ in range(2):  # the second open finds the schema current
+        with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+            assert [e.name for e in upgraded.scan(Kind.ENTITY)] == ["Ann"]  # type: ignore[attr-defined]
+    assert ran == [SCHEMA_VERSION + 1]
+    with admin(server) as conn:
+        assert conn.execute(f"SELECT value FROM \"{schema}\".meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION + 1),
+        )
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+def test_unreachable_dsn() -> None:
+    with pytest.raises(BackendError, match=r"cannot connect to PostgreSQL at .*127.0.0.1.*Is the server running"):
+        PostgresStore("postgresql://tkg:secret@127.0.0.1:1/tkg", dim=DIM)
+    with pytest.raises(BackendError, match="cannot connect") as caught:
+        PostgresStore("host=/nonexistent/socket/dir dbname=tkg password=secret", dim=DIM)
+    assert "secret" not in str(caught.value)
+    with pytest.raises(BackendError, match="malformed"):
+        PostgresStore("this is = not a = dsn 'x", dim=DIM)
+
+
+def test_wrong_credentials(server: EmbeddedPostgres) -> None:
+    with admin(server) as conn:
+        conn.execute("DROP ROLE IF EXISTS tkg_pw")
+        conn.execute("CREATE ROLE tkg_pw LOGIN PASSWORD 'right'")
+    hba = server.data_dir / "pg_hba.conf"
+    rules = hba.read_text()
+    if "tkg_pw" not in rules:  # the embedded server trusts every local user: ask this one for a password
+        hba.write_text("local all tkg_pw scram-sha-256\n" + rules)
+        with admin(server) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+    dsn = psycopg.conninfo.make_conninfo(server.dsn, user="tkg_pw", password="wrong")
+    with pytest.raises(BackendError, match=r"refused the credentials.*Check the user name and password") as caught:
+        PostgresStore(dsn, dim=DIM)
+    assert "wrong" not in str(caught.value)
+    unknown = psycopg.conninfo.make_conninfo(server.dsn, user="nobody_here")
+    with pytest.raises(BackendError, match="refused the credentials"):
+        PostgresStore(unknown, dim=DIM)
+
+
+def test_database_without_the_vector_extension(server: EmbeddedPostgres) -> None:
+    dsn = server.create_database("novector")
+    with admin(server) as conn:
+        conn.execute("DROP ROLE IF EXISTS tkg_plain")
+        conn.execute("CREATE ROLE tkg_plain LOGIN")  # not a superuser: may not CREATE EXTENSION vector
+        conn.execute("GRANT CREATE ON DATABASE novector TO tkg_plain")
+    plain = psycopg.conninfo.make_conninfo(dsn, user="tkg_plain")
+    with pytest.raises(
+        BackendError, match="pgvector is installed on the server but not enabled in database 'novector'"
+    ):
+        PostgresStore(plain, dim=DIM, schema="nothing_here")
+    with admin(server, dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace('nothing_here')").fetchone() == (None,)
+        conn.execute("DROP EXTENSION IF EXISTS vector")
+
+
+def test_values_postgresql_cannot_hold_are_refused_before_writing(store: PostgresStore) -> None:
+    ok = Entity(id="e1", group_id="g", name="Ann", created_at=T0)
+    with pytest.raises(ValidationError, match="NUL"):
+        store.write(WriteBatch(puts=[ok, dataclasses.replace(ok, id="e2", name="A\x00nn")]))
+    with pytest.raises(ValidationError, match="JSON-like"):
+        store.write(WriteBatch(puts=[ok, dataclasses.replace(ok, id="e3", attributes={"x": object()})]))
+    assert store.count(Kind.ENTITY) == 0
+
+
+def test_connection_dropped_mid_episode_leaves_nothing(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch):
+    schema = new_postgres_schema()
+    store = PostgresStore(server.dsn, dim=DIM, schema=schema)
+    memory = Memory(store, embedder=EMB, clock=FixedClock(NOW))
+    memory.add_facts([FactInput("Alice", "KNOWS", "Bob")], group_id="g")
+    before = table_counts(server, schema)
+    upsert = PostgresStore._upsert
+    dropped: list[str] = []
+
+    def drop_after_first_table(self: PostgresStore, cur: Any, kind: Kind, items: Any) -> None:
+        upsert(self, cur, kind, items)
+        if not dropped:  # the episode row is written inside the transaction; now the connection dies
+            dropped.append(kind.value)
+            with admin(server) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", [cur.connection.info.backend_pid])
+
+    monkeypatch.setattr(PostgresStore, "_upsert", drop_after_first_table)
+    with pytest.raises(BackendError, match=r"connection to PostgreSQL was lost.*nothing of this batch was written"):
+        memory.add_episode("Alice: Bob and I went climbing", group_id="g", episode_id="climb")
+    assert dropped == ["episode"]
+    assert table_counts(server, schema) == before
+    monkeypatch.undo()
+    memory.add_episode("Alice: Bob and I went climbing", group_id="g", episode_id="climb")  # reconnects
+    assert memory.store.get(Kind.EPISODE, ["climb"])[0] is not None
+    assert store.count(Kind.EPISODE) == before["episodes"] + 1
+    store.close()
+
+
+def test_reads_survive_a_dropped_connection(server: EmbeddedPostgres, store: PostgresStore) -> None:
+    store.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="Ann", created_at=T0)]))
+    with admin(server) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [store._connection().info.backend_pid])
+    assert store.count(Kind.ENTITY) == 1
+
+
+# -- several processes ----------------------------------------------------------------------------------------------
+def _bump_counter(dsn: str, schema: str, rounds: int) -> None:
+    with PostgresStore(dsn, dim=DIM, schema=schema) as store:
+        for _ in range(rounds):
+            with store.group_lock("g"):
+                entity = store.get(Kind.ENTITY, ["counter"])[0]
+                assert isinstance(entity, Entity)
+                n = entity.attributes["n"]
+                store.write(WriteBatch(puts=[dataclasses.replace(entity, attributes={"n": n + 1})]))
+
+
+def _add_facts(dsn: str, schema: str, worker: int, rounds: int) -> None:
+    with PostgresStore(dsn, dim=DIM, schema=schema) as store:
+        memory = Memory(store, embedder=EMB, clock=FixedClock(NOW))
+        for i in range(rounds):  # Memory holds the store's cross-process group lock around each episode
+            memory.add_facts([FactInput("Alice", "VISITED", f"Place {worker}-{i}")], group_id="g")
+
+
+def _run_workers(target: Any, argsets: list[tuple[Any, ...]]) -> None:
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=target, args=args) for args in argsets]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert [w.exitcode for w in workers] == [0] * len(workers)
+
+
+def test_no_lost_updates_between_processes(server: EmbeddedPostgres, store: PostgresStore) -> None:
+    store.write(
+        WriteBatch(puts=[Entity(id="counter", group_id="g", name="Counter", created_at=T0, attributes={"n": 0})])
+    )
+    _run_workers(_bump_counter, [(server.dsn, store.schema, 15), (server.dsn, store.schema, 15)])
+    assert store.get(Kind.ENTITY, ["counter"])[0].attributes == {"n": 30}  # type: ignore[union-attr]
+
+
+def test_two_processes_ingest_into_one_group(server: EmbeddedPostgres, store: PostgresStore) -> None:
+    _run_workers(_add_facts, [(server.dsn, store.schema, 0, 6), (server.dsn, store.schema, 1, 6)])
+    alices = store.entities_by_name("g", ["Alice"])["alice"]
+    assert len(alices) == 1  # resolved against each other's writes, never duplicated
+    assert store.count(Kind.FACT) == 12 and store.count(Kind.EPISODE) == 12
+    assert {f.source_id for f in store.facts_of([alices[0].id])} == {alices[0].id}
+
+
+# -- the embedded server ----------------------------------------------------------------------------------------
+def test_embedded_server_keeps_data_in_a_given_directory(tmp_path: Path) -> None:
+    for round_ in range(2):  # stop, start again: the data is still there
+        with EmbeddedPostgres(tmp_path / "pg") as kept, PostgresStore(kept.dsn, dim=DIM) as store:
+            if round_ == 0:
+                store.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="Ann", created_at=T0)]))
+            assert store.count(Kind.ENTITY) == 1
+
+
+def test_embedded_database_helper(server: EmbeddedPostgres) -> None:
+    dsn = server.create_database("tkg_extra")
+    assert server.create_database("tkg_extra") == dsn  # idempotent
+    with PostgresStore(dsn, dim=DIM) as store:
+        assert store.count(Kind.FACT) == 0
+    with pytest.raises(BackendError):
+        server.create_database("bad; name")
