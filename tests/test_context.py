@@ -78,3 +78,20 @@ def test_communities_and_bad_budgets():
     with pytest.raises(ValidationError):
         construct(results, max_tokens=1.5)  # type: ignore[arg-type]
     assert construct(SearchResults(query="q")).text == ""
+
+
+def test_entity_lines_carry_type_and_other_names_not_filler():
+    t = datetime(2024, 1, 1, tzinfo=UTC)
+    alice = Entity(
+        id="a",
+        group_id="g",
+        name="Alice Smith",
+        created_at=t,
+        labels=("Entity", "Person"),
+        aliases=("Alice",),
+        summary="Alice is a nurse.",
+    )
+    acme = Entity(id="c", group_id="g", name="Acme", created_at=t)
+    text = construct(SearchResults(query="q", entities=[Scored(alice, 1.0), Scored(acme, 0.5)])).text
+    assert "- Alice Smith (Person; also Alice): Alice is a nurse." in text
+    assert "- Acme\n" in text + "\n" and "no summary" not in text

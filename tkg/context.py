@@ -51,6 +51,20 @@ def fact_line(fact: Fact) -> str:
     return f"- {fact.fact} ({_when(fact.valid_at, 'unknown')} - {_when(fact.invalid_at, 'present')})"
 
 
+def entity_line(entity: Entity) -> str:
+    """``- Alice Smith (Person; also Alice): summary`` -- the type and other names help an agent match mentions.
+
+    >>> from datetime import UTC, datetime
+    >>> entity_line(Entity(id="a", group_id="g", name="Acme", created_at=datetime(2024, 1, 1, tzinfo=UTC)))
+    '- Acme'
+    """
+    notes = [label for label in entity.labels if label != "Entity"]
+    if entity.aliases:
+        notes.append("also " + ", ".join(entity.aliases))
+    head = f"- {entity.name}" + (f" ({'; '.join(notes)})" if notes else "")
+    return f"{head}: {entity.summary}" if entity.summary else head
+
+
 _SECTIONS = (
     ("facts", "FACTS (each with the period it held: from - to; 'present' means it still holds)"),
     ("entities", "ENTITIES (name: summary)"),
@@ -64,7 +78,7 @@ def _line(target: str, scored: Scored) -> str:  # type: ignore[type-arg]
     if target == "facts":
         return fact_line(record)
     if target == "entities":
-        return f"- {record.name}: {record.summary or '(no summary yet)'}"
+        return entity_line(record)
     if target == "communities":
         return f"- {record.name}: {record.summary}"
     return f"- [{_when(record.reference_time, '')}] {record.content}"
