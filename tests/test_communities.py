@@ -705,3 +705,20 @@ def test_refresh_policy_by_changes_and_by_drift() -> None:
         by_drift.extend(memory.store, result.entities, result.facts)
     report = by_drift.maybe_refresh(memory.store, "g")
     assert report is not None and report.communities == 1 and by_drift.last_drift["g"] == 0.0
+
+
+def test_refresh_policy_scales_with_the_group() -> None:
+    """A refresh by count (or a drift check) waits for policy_fraction of the group's entities in changes."""
+    memory = new_memory()
+    add_edges(memory, "g", [(i, i + 1) for i in range(0, 40, 2)])  # 40 entities
+    tier = tier_of(memory, refresh_after_changes=2, refresh_drift=None, policy_fraction=0.25)
+    tier.refresh(memory.store, "g")
+    for step in range(5):  # each addition: two new entities and one fact
+        result = add_edges(memory, "g", [(100 + 2 * step, 101 + 2 * step)])
+        tier.extend(memory.store, result.entities, result.facts)
+        entities = memory.store.count(Kind.ENTITY, frozenset({"g"}))
+        expected = tier.pending_changes("g") >= max(2, int(0.25 * entities))
+        assert tier.due(memory.store, "g") is expected
+    assert tier.due(memory.store, "g")  # 15 changes >= 25% of 50 entities
+    with pytest.raises(ConfigurationError):
+        CommunityConfig(policy_fraction=1.5)

@@ -71,12 +71,17 @@ class CommunityConfig:
     summary_chars: int = 1_000
     #: With an LLM, update a community's summary (one call) when :meth:`CommunityTier.extend` adds members.
     summarize_on_extend: bool = True
-    #: Refresh a group after this many graph changes seen by :meth:`CommunityTier.extend` (None: never by count).
+    #: Refresh a group after this many graph changes seen by :meth:`CommunityTier.extend` (None: never by count;
+    #: see also ``policy_fraction``).
     refresh_after_changes: int | None = 1_000
     #: Refresh a group when its drift exceeds this (None: never by drift).
     refresh_drift: float | None = 0.1
     #: Changes between two drift checks (each check is a detection run, without summaries).
     drift_check_every: int = 200
+    #: The policy scales with the group: a refresh by count waits for at least this fraction of the group's
+    #: entities in changes, and so does a drift check (each is a full detection run, whose cost grows with the
+    #: group). 0 disables the scaling.
+    policy_fraction: float = 0.02
     #: Refreshes (also those of the policy) re-converge from the stored communities instead of starting over.
     warm_refresh: bool = False
 
@@ -92,6 +97,8 @@ class CommunityConfig:
             raise ConfigurationError("CommunityConfig.refresh_after_changes must be at least 1 (or None)")
         if self.refresh_drift is not None and not 0.0 <= self.refresh_drift <= 1.0:
             raise ConfigurationError("CommunityConfig.refresh_drift must be between 0 and 1 (or None)")
+        if not 0.0 <= self.policy_fraction <= 1.0:
+            raise ConfigurationError("CommunityConfig.policy_fraction must be between 0 and 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,9 +516,14 @@ class CommunityTier:
         """Whether the refresh policy asks for a full run of this group now (may measure the drift)."""
         changes = self._changes[group_id]
         limit = self.config.refresh_after_changes
-        if limit is not None and changes >= limit:
+        since = self._since_drift_check[group_id]
+        check_every = self.config.drift_check_every
+        if (limit is None or changes < limit) and (self.config.refresh_drift is None or since < check_every):
+            return False  # the cheap answer, without counting the group
+        scaled = int(self.config.policy_fraction * store.count(Kind.ENTITY, frozenset({group_id})))
+        if limit is not None and changes >= max(limit, scaled):
             return True
-        if self.config.refresh_drift is None or self._since_drift_check[group_id] < self.config.drift_check_every:
+        if self.config.refresh_drift is None or since < max(check_every, scaled):
             return False
         self._since_drift_check[group_id] = 0
         return self.drift(store, group_id) > self.config.refresh_drift
