@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -41,7 +39,10 @@ from typing import Any
 
 import numpy as np
 
-import tkg
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_core as core
+
 from tkg.backends.memory import InMemoryStore
 from tkg.clock import FixedClock
 from tkg.communities import label_propagation, normalized_mutual_information, partition_distance
@@ -200,23 +201,6 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        load = []
-    from importlib.metadata import version
-
-    return {
-        "load_average": load,
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "tkg": tkg.__version__,
-        "packages": {name: version(name) for name in ("numpy", "igraph")},
-    }
-
-
 ROWS: list[tuple[str, str, str]] = [
     ("facts (10% ended)", "facts", "{:,}"),
     ("graph edges (distinct pairs)", "graph_edges", "{:,}"),
@@ -293,7 +277,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    info = machine()
+    info = core.machine()  # the machine description every benchmark here records
     results = []
     for n in args.size_list:
         print(f"... {n:,} entities", file=sys.stderr, flush=True)

@@ -136,24 +136,6 @@ def construct(
     )
 
 
-def build_context(
-    results: SearchResults,
-    *,
-    max_chars: int | None = None,
-    max_tokens: int | None = None,
-    count_tokens: TokenCounter = approx_tokens,
-    include_episodes: bool = False,
-) -> str:
-    """The context string alone (see :func:`construct`)."""
-    return construct(
-        results,
-        max_chars=max_chars,
-        max_tokens=max_tokens,
-        count_tokens=count_tokens,
-        include_episodes=include_episodes,
-    ).text
-
-
 def _render(sections: dict[str, list[str]]) -> str:
     blocks = []
     for target, title in _SECTIONS:

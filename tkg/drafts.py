@@ -56,6 +56,7 @@ class Draft:
     entities: list[DraftEntity] = field(default_factory=list)
     facts: list[DraftFact] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    _by_key: dict[str, DraftEntity] = field(default_factory=dict, repr=False)
 
     def add_entity(
         self, name: str, label: str = "Entity", summary: str = "", attributes: dict[str, Any] | None = None
@@ -63,20 +64,21 @@ class Draft:
         """Add (or enrich) the entity called ``name``; returns the name as kept."""
         name = " ".join(name.split())
         key = normalize_name(name)
-        for entity in self.entities:
-            if normalize_name(entity.name) == key:
-                if label and label != "Entity" and entity.label == "Entity":
-                    entity.label = label
-                if summary.strip() and not entity.summary:
-                    entity.summary = summary.strip()
-                entity.attributes.update(attributes or {})
-                return entity.name
-        self.entities.append(DraftEntity(name, label or "Entity", summary.strip(), dict(attributes or {})))
+        entity = self._by_key.get(key)
+        if entity is not None:
+            if label and label != "Entity" and entity.label == "Entity":
+                entity.label = label
+            if summary.strip() and not entity.summary:
+                entity.summary = summary.strip()
+            entity.attributes.update(attributes or {})
+            return entity.name
+        entity = DraftEntity(name, label or "Entity", summary.strip(), dict(attributes or {}))
+        self.entities.append(entity)
+        self._by_key[key] = entity
         return name
 
     def has_entity(self, name: str) -> bool:
-        key = normalize_name(name)
-        return any(normalize_name(e.name) == key for e in self.entities)
+        return normalize_name(name) in self._by_key
 
 
 def from_extraction(

@@ -136,15 +136,15 @@ class Ingestor:
         episode: Episode,
         now: datetime,
         *,
-        extraction: GraphExtraction | None = None,
+        extraction: GraphExtraction | LLMError | None = None,
         extract: bool,
         usage: LLMUsage | None = None,
         vectors: dict[str, Vector] | None = None,
         started: float | None = None,
     ) -> EpisodeResult:
-        """Ingest a validated, not yet stored episode. With ``extract`` the LLM extracts (unless ``extraction``
-        is given, as in bulk ingestion); raises :class:`ExtractionFailedError` after storing the episode as
-        failed if the LLM fails for good."""
+        """Ingest a validated, not yet stored episode. With ``extract`` the LLM extracts, unless ``extraction``
+        is given (bulk ingestion: the extraction, or the error its call failed with). Raises
+        :class:`ExtractionFailedError` after storing the episode as failed if the LLM fails for good."""
         with self.group_lock(episode.group_id):
             return self._ingest(episode, now, extraction, extract, usage, vectors, started)
 
@@ -152,7 +152,7 @@ class Ingestor:
         self,
         episode: Episode,
         now: datetime,
-        extraction: GraphExtraction | None,
+        extraction: GraphExtraction | LLMError | None,
         extract: bool,
         usage: LLMUsage | None,
         vectors: dict[str, Vector] | None,
@@ -162,6 +162,8 @@ class Ingestor:
         usage = usage if usage is not None else LLMUsage()
         speaker = speaker_of(episode.content) if episode.source is EpisodeSource.MESSAGE else None
         try:
+            if isinstance(extraction, LLMError):
+                raise extraction  # the extraction call of a bulk ingestion failed for good
             if extract:
                 if extraction is None:
                     extraction = self.extract(episode, self.previous(episode), usage)
@@ -226,7 +228,7 @@ class Ingestor:
             made = check_vectors(self.embedder.embed(missing), self.embedder.dim, len(missing))
             vectors.update(zip(missing, made, strict=True))
         with self.lock:
-            self._check_new(episode)
+            self.check_new(episode)
             planner = EpisodePlanner(self.store, episode, now, self.settings, vectors)
             questions = planner.questions(draft) if ask and self.llm is not None else Questions()
         answer = None
@@ -302,7 +304,7 @@ class Ingestor:
             if current is None or (isinstance(current, Episode) and current.status is EpisodeStatus.FAILED):
                 self.store.write(WriteBatch(puts=[dataclasses.replace(episode, embedding=vector)]))
 
-    def _check_new(self, episode: Episode) -> None:
+    def check_new(self, episode: Episode) -> None:
         current = self.store.get(Kind.EPISODE, [episode.id])[0]
         if current is not None and not (isinstance(current, Episode) and current.status is EpisodeStatus.FAILED):
             raise ValidationError(f"episode {episode.id} already exists; episodes are immutable")

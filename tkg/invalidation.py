@@ -54,10 +54,6 @@ def single_valued_conflict(new: Fact, old: Fact) -> bool:
     )
 
 
-def _start(fact: Fact) -> datetime | None:
-    return fact.valid_at
-
-
 def overlaps(a: Fact, b: Fact) -> bool:
     """Do the two facts' validity intervals ``[valid_at, invalid_at)`` share an instant? Missing bounds are open.
 
@@ -98,7 +94,7 @@ def settle(new: Fact, old: Fact, now: datetime) -> tuple[Fact, Fact]:
     where the rules above say so. Non-overlapping facts come back unchanged."""
     if not is_live(old) or not overlaps(new, old):
         return new, old
-    if _before(_start(new), _start(old)):
+    if _before(new.valid_at, old.valid_at):
         # A late-arriving fact about the past: the newer fact covers it from its start on.
         if is_live(new):
             return supersede(new, old.valid_at, old, now), old

@@ -255,7 +255,7 @@ class Memory:
         episode: Episode,
         now: datetime,
         extract: bool,
-        extraction: GraphExtraction | None = None,
+        extraction: GraphExtraction | LLMError | None = None,
         usage: LLMUsage | None = None,
         started: float | None = None,
     ) -> EpisodeResult:
@@ -303,7 +303,7 @@ class Memory:
             prepared.append((episode, now))
         with self._lock:
             for episode, _ in prepared:
-                self._ingestor._check_new(episode)
+                self._ingestor.check_new(episode)
         started = time.perf_counter()
         workers = max(1, self.config.llm_policy.max_concurrency)
         usages = [LLMUsage() for _ in prepared]
@@ -328,16 +328,9 @@ class Memory:
         def apply_group(indexes: list[int]) -> None:
             for i in indexes:
                 episode, now = prepared[i]
-                found = extractions[i]
                 try:
-                    if isinstance(found, LLMError):
-                        raise found
-                    results[i] = self._run(episode, now, extract_, found, usages[i], started)
-                except (LLMError, ExtractionFailedError) as exc:
-                    if not isinstance(exc, ExtractionFailedError):
-                        self._count(usages[i])
-                        failed = dataclasses.replace(episode, status=EpisodeStatus.FAILED, error=str(exc))
-                        self._ingestor._store_failed(failed, None)
+                    results[i] = self._run(episode, now, extract_, extractions[i], usages[i], started)
+                except ExtractionFailedError as exc:
                     stored = self.store.get(Kind.EPISODE, [episode.id])[0]
                     assert isinstance(stored, Episode)
                     results[i] = EpisodeResult(episode=stored, usage=usages[i], warnings=[str(exc)])

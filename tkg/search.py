@@ -116,22 +116,6 @@ def search(
     return SearchResults(query=query, **found)  # type: ignore[arg-type]
 
 
-def hybrid_search(
-    store: Store,
-    query: str,
-    vector: Vector,
-    scope: Scope,
-    *,
-    limit: int,
-    targets: Sequence[str],
-    candidate_factor: int = 3,
-    rrf_k: int = 60,
-) -> SearchResults:
-    """Cosine + BM25 per target, fused by RRF (the ``hybrid`` preset with these numbers)."""
-    target = TargetConfig(limit=limit, candidate_factor=candidate_factor, rrf_k=rrf_k)
-    return search(store, query, vector, scope, SearchConfig(**{t: target for t in targets}))
-
-
 def _check_visible(store: Store, scope: Scope, entity_id: str, what: str) -> None:
     record = store.get(Kind.ENTITY, [entity_id])[0] if isinstance(entity_id, str) else None
     # Another tenant's entity is reported exactly like a missing one: its existence is not revealed.
