@@ -33,7 +33,26 @@ def fact_times(draw: st.DrawFn) -> dict[str, datetime | None]:
     valid = draw(st.none() | st.integers(-10, 25))
     invalid = draw(st.none() | st.integers(valid if valid is not None else -10, 30))
     expired = draw(st.none() | st.integers(created, 30))
-    return {"created_at": day(created), "valid_at": day(valid), "invalid_at": day(invalid), "expired_at": day(expired)}
+    # A superseded fact (expired) keeps the end it had before: open, or its own end date (a supersession only
+    # shortens a fact, so that end is not before the current one).
+    low = invalid if invalid is not None else (valid if valid is not None else -10)
+    prior = None if expired is None else draw(st.none() | st.integers(low, 32))
+    return {
+        "created_at": day(created),
+        "valid_at": day(valid),
+        "invalid_at": day(invalid),
+        "expired_at": day(expired),
+        "prior_invalid_at": day(prior),
+    }
+
+
+def _believed_end(f: Fact, tx: datetime) -> datetime | None:
+    # a supersession learnt after tx is not yet known at tx: the fact ends where it ended before it
+    return f.prior_invalid_at if (f.expired_at is not None and f.expired_at > tx) else f.invalid_at
+
+
+def _open_at(end: datetime | None, at: datetime) -> bool:
+    return end is None or at < end
 
 
 def brute_force(facts: list[Fact], as_of: datetime | None, known_at: datetime | None, history: bool) -> set[str]:
@@ -47,9 +66,7 @@ def brute_force(facts: list[Fact], as_of: datetime | None, known_at: datetime | 
         if at is not None:
             if f.valid_at is not None and f.valid_at > at:
                 continue
-            # an invalidation learnt after tx is not yet known at tx: the fact still looks open-ended
-            end = None if (f.expired_at is not None and f.expired_at > tx) else f.invalid_at
-            if end is not None and not at < end:
+            if not _open_at(_believed_end(f, tx), at):
                 continue
         out.add(f.id)
     return out
@@ -105,7 +122,7 @@ def test_store_search_agrees_with_brute_force_on_both_timelines(make_store, time
             for f in facts
             if f.created_at <= now
             and (f.valid_at is None or f.valid_at <= now)
-            and (f.invalid_at is None or (f.expired_at is not None and f.expired_at > now) or now < f.invalid_at)
+            and _open_at(_believed_end(f, now), now)
         }
         assert {h.id for h in store.text_search(Kind.FACT, "common", 100, make_scope(now, ["g"]))} == expected
 

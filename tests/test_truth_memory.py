@@ -379,3 +379,28 @@ def test_a_failing_community_refresh_does_not_fail_the_episode(monkeypatch: pyte
     result = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
     assert result.status is EpisodeStatus.EXTRACTED and "Alice lives in Paris" in facts(memory)
     assert any("community refresh" in w for w in result.warnings) and memory.failed_episodes() == []
+
+
+def test_known_at_before_a_supersession_keeps_the_facts_own_end_date() -> None:
+    """Before the memory learnt of a supersession, a fact ended where it ended on its own, not never."""
+    memory = make(ontology=Ontology(relations={"WORKS_AT": RelationType(single_valued=True)}))
+    memory.add_facts(
+        [FactInput("Alice", "WORKS_AT", "Acme", valid_at="2019-01-01T00:00:00Z", invalid_at="2023-01-01T00:00:00Z")],
+        group_id="g",
+    )
+    learnt_acme = memory.clock.now()
+    memory.add_facts([FactInput("Alice", "WORKS_AT", "Globex", valid_at="2022-01-01T00:00:00Z")], group_id="g")
+    acme = facts(memory)["Alice works at Acme"]
+    assert acme.invalid_at == datetime(2022, 1, 1, tzinfo=UTC)  # shortened by Globex
+    assert acme.prior_invalid_at == datetime(2023, 1, 1, tzinfo=UTC) and acme.expired_at is not None
+
+    def employers(as_of: str, known_at: datetime | None = None) -> list[str]:
+        found = memory.search("Alice works at", group_ids="g", as_of=as_of, known_at=known_at, targets=("facts",))
+        return sorted(s.record.fact for s in found.facts)
+
+    # as known before Globex: Acme held in mid-2022 (its own end was 2023) but not in 2024
+    assert employers("2022-06-01T00:00:00Z", learnt_acme) == ["Alice works at Acme"]
+    assert employers("2024-06-01T00:00:00Z", learnt_acme) == []
+    # as known now: Globex from 2022 on
+    assert employers("2022-06-01T00:00:00Z") == ["Alice works at Globex"]
+    assert employers("2024-06-01T00:00:00Z") == ["Alice works at Globex"]

@@ -3,8 +3,8 @@
 A query names up to two points in time:
 
 * ``known_at`` (transaction time T'): look at the memory as it stood then. Only records created at or before it
-  are seen, and an invalidation learnt after it (``expired_at > known_at``) is not yet known, so the fact still
-  looks open-ended. Defaults to now.
+  are seen, and a supersession learnt after it (``expired_at > known_at``) is not yet known, so the fact still
+  ends where it ended before (``prior_invalid_at``: its own end date, or open-ended). Defaults to now.
 * ``as_of`` (event time T): keep the facts that held in the world at that moment, ``valid_at <= as_of <
   invalid_at`` with missing bounds open. Defaults to ``known_at``: "what was believed true at that moment".
 
@@ -143,9 +143,10 @@ class Scope:
 
 
 def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
-    """The fact's end as the memory knew it at ``known_at``: an invalidation learnt later is not yet known."""
+    """The fact's end as the memory knew it at ``known_at``: a supersession learnt later is not yet known, so the
+    fact ends where it ended before that (``prior_invalid_at``: its own end, or open)."""
     if fact.expired_at is not None and fact.expired_at > known_at:
-        return None
+        return fact.prior_invalid_at
     return fact.invalid_at
 
 

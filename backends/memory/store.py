@@ -5,19 +5,26 @@ numpy columns (one boolean mask per query), and that mask is handed to the vecto
 never visits a Python object per record. Graph neighbourhoods use adjacency lists that grow with each write;
 igraph builds a graph view only for whole-graph algorithms (igraph's edge insertion is O(|E|) per call, so it is
 not kept up to date on every write).
+
+Vectors are held once: a stored record's vector array is swapped (in place, values bit-identical) for a read-only
+view of the vector index's row, which exact scoring reads too; hnswlib keeps its own copy for its graph walk.
+Snapshots (:mod:`tkg.snapshot`) carry the HNSW graphs and BM25 arrays, which :meth:`InMemoryStore.restore_snapshot`
+reuses after checking that they fit the records, so a load does not rebuild them.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import igraph
 import numpy as np
+import numpy.typing as npt
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, EmbeddingError, ValidationError
@@ -40,11 +47,12 @@ from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
 from .arrays import Column
-from .text import TextIndex
+from .text import TextIndex, TextMismatch
 from .vectors import Mask, VectorIndex
 
 _MIN = np.iinfo(np.int64).min
 _MAX = np.iinfo(np.int64).max
+_NONE_IN_FILE = np.iinfo(np.int64).min  # how tkg.snapshot writes an absent optional time
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 
 
@@ -66,6 +74,8 @@ class _Table:
         self.valid = Column(np.int64, _MIN)
         self.invalid = Column(np.int64, _MAX)
         self.expired = Column(np.int64, _MAX)
+        # A superseded fact's end before the supersession: what a query known before its expiry believes.
+        self.prior = Column(np.int64, _MAX)
         # Filters: a fact's relation code; one boolean column per entity label (labels are few).
         self.relation = Column(np.int32, -1)
         self.labels: dict[str, Column] = {}
@@ -79,7 +89,8 @@ class _Table:
         slot = len(self.records)
         self.records.append(None)
         self.slot_of[record_id] = slot
-        for column in (self.alive, self.group, self.created, self.valid, self.invalid, self.expired, self.relation):
+        columns = (self.alive, self.group, self.created, self.valid, self.invalid, self.expired, self.prior)
+        for column in (*columns, self.relation):
             column.ensure(slot + 1)
         for column in self.labels.values():
             column.ensure(slot + 1)
@@ -115,8 +126,9 @@ class _Table:
         if self.kind is Kind.FACT and scope.as_of is not None:
             at = to_micros(scope.as_of)
             expired = self.expired.view()
-            # An invalidation learnt after known_at is not yet known then (expired_at None is stored as _MAX).
-            invalid = np.where((expired > tx) & (expired != _MAX), _MAX, self.invalid.view())
+            # A supersession learnt after known_at is not yet known then: the fact ends where it ended before
+            # (prior_invalid_at; tkg.timeline.believed_invalid_at). expired_at None is stored as _MAX.
+            invalid = np.where((expired > tx) & (expired != _MAX), self.prior.view(), self.invalid.view())
             mask &= (self.valid.view() <= at) & (at < invalid)
         elif self.kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
             mask &= self.valid.view() <= to_micros(scope.as_of)
@@ -129,7 +141,7 @@ class _Table:
         comparison with "now" (creation; for facts judged at "now" also validity and expiry)."""
         columns = [self.created]
         if self.kind is Kind.FACT and event_time:
-            columns += [self.valid, self.invalid, self.expired]
+            columns += [self.valid, self.invalid, self.expired, self.prior]
         lo, hi = _MIN, _MAX
         for column in columns:
             values = column.view()
@@ -211,7 +223,8 @@ class InMemoryStore:
             )
             for kind in VECTOR_FIELD
         }
-        self._texts = {kind: TextIndex() for kind in _TEXT_KINDS}
+        self._texts = {kind: TextIndex(self._text_source(kind)) for kind in _TEXT_KINDS}
+        self._restored: dict[str, Any] = {}  # what the last snapshot restore reused or rebuilt
         self._group_codes: dict[str, int] = {}
         self._relation_codes: dict[str, int] = {}
         self._masks: dict[tuple[Kind, Scope], tuple[int, int, int, Mask]] = {}  # key -> version, lo, hi, mask
@@ -252,8 +265,9 @@ class InMemoryStore:
             vector = None
             field = VECTOR_FIELD.get(record.kind)
             if field is not None and getattr(record, field) is not None:
+                vector = getattr(record, field)
                 try:
-                    vector = check_vectors(getattr(record, field), self.dim)[0]
+                    check_vectors(vector, self.dim)  # validation only: the index keeps the record's own array
                 except EmbeddingError as exc:
                     raise EmbeddingError(f"{record.kind} {record.id}: {exc}") from None
             if isinstance(record, Fact):
@@ -297,6 +311,7 @@ class InMemoryStore:
             table.valid[slot] = _us(record.valid_at, _MIN)
             table.invalid[slot] = _us(record.invalid_at, _MAX)
             table.expired[slot] = _us(record.expired_at, _MAX)
+            table.prior[slot] = _us(record.prior_invalid_at, _MAX)
             table.relation[slot] = self._relation_codes.setdefault(record.relation, len(self._relation_codes))
             for end in (record.source_id, record.target_id):
                 self._adjacent.setdefault(end, set()).add(record.id)
@@ -321,10 +336,15 @@ class InMemoryStore:
             if vector is None:
                 index.remove(slot)
             else:
-                index.set(slot, vector)
+                view = index.set(slot, vector)
+                if view is not vector:
+                    # Keep one copy: the record's array is swapped for the equal, read-only view of the index's row
+                    # (bit-identical values). In place, so the stored record stays the very object written, which
+                    # callers may rely on (the community tier compares identities).
+                    object.__setattr__(record, VECTOR_FIELD[record.kind], view)
         text = self._texts.get(record.kind)
         if text is not None:
-            text.set(slot, search_text(record))
+            text.set(slot, search_text(record), None if old is None else search_text(old))
 
     def _delete(self, kind: Kind, record_id: str) -> None:
         table = self._tables[kind]
@@ -365,7 +385,15 @@ class InMemoryStore:
             if record.kind in self._vectors:
                 self._vectors[record.kind].remove(slot)
             if record.kind in self._texts:
-                self._texts[record.kind].remove(slot)
+                self._texts[record.kind].remove(slot, search_text(record))
+
+    def _text_source(self, kind: Kind) -> Callable[[], Iterator[tuple[int, str]]]:
+        table = self._tables[kind]
+
+        def live_texts() -> Iterator[tuple[int, str]]:
+            return ((slot, search_text(r)) for slot, r in enumerate(table.records) if r is not None)
+
+        return live_texts
 
     @staticmethod
     def _discard(index: dict[Any, set[str]], key: Any, value: str) -> None:
@@ -568,6 +596,7 @@ class InMemoryStore:
             "records": {kind.value: table.live for kind, table in self._tables.items()},
             "groups": len(self._group_counts),
             "text_index": {kind.value: index.stats() for kind, index in self._texts.items()},
+            "restored": dict(self._restored),
         }
 
     def load(self, records: Iterable[Record]) -> None:
@@ -585,6 +614,192 @@ class InMemoryStore:
             for text in self._texts.values():
                 text.auto_rebuild = True
         self.flush()
+
+    # ------------------------------------------------------------------------------------------------------
+    # snapshots (called by tkg.snapshot; the file format lives there)
+    def export_snapshot(self, directory: Path) -> dict[str, Any]:
+        """The indexes, for :func:`tkg.snapshot.save`: each kind's slot of every live record (in scan order),
+        the HNSW graphs written to files in ``directory``, and the BM25 indexes as arrays."""
+        slots = {
+            kind: np.fromiter((s for s, r in enumerate(t.records) if r is not None), dtype=np.int64, count=t.live)
+            for kind, t in self._tables.items()
+        }
+        graphs = {}
+        for kind, index in self._vectors.items():
+            path = directory / f"{kind.value}.hnsw"
+            if index.save_graph(path):
+                graphs[kind] = str(path)
+        return {"slots": slots, "graphs": graphs, "text": {k: t.export() for k, t in self._texts.items()}}
+
+    def restore_snapshot(self, contents: Any) -> dict[str, Any]:
+        """Bulk-load a :class:`tkg.snapshot.Contents` into this empty store, reusing its index sections where
+        they fit the records (each is checked; one that does not fit is rebuilt). Returns, per index, whether it
+        was ``loaded`` or ``rebuilt``."""
+        if any(t.records for t in self._tables.values()):
+            raise BackendError("restore_snapshot() needs an empty store")
+        if getattr(contents, "version", 1) < 2:
+            self.load(list(contents))
+            self._restored = {"format": 1, "indexes": "rebuilt"}
+            return dict(self._restored)
+        records: dict[Kind, list[Record]] = contents.records
+        self._check_references(records)
+        indexes = contents.indexes or {}
+        slot_map = self._restored_slots(records, indexes.get("slots", {}))
+        use_indexes = slot_map is not None
+        if slot_map is None:
+            slot_map = {kind: np.arange(len(records.get(kind, ())), dtype=np.int64) for kind in Kind}
+        report: dict[str, Any] = {"format": 2, "graphs": {}, "text": {}}
+        for kind in Kind:
+            self._restore_table(kind, records.get(kind, []), slot_map[kind], contents.times.get(kind, {}))
+        for kind, index in self._vectors.items():
+            recs = records.get(kind, [])
+            if not recs:
+                continue
+            vec_at, matrix = contents.vectors.get(kind, (np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)))
+            graph = indexes.get("graphs", {}).get(kind) if use_indexes else None
+            loaded = index.restore(slot_map[kind][vec_at], matrix, graph)
+            report["graphs"][kind.value] = "loaded" if loaded else "rebuilt"
+        for kind, text in self._texts.items():
+            table = self._tables[kind]
+            state = indexes.get("text", {}).get(kind) if use_indexes else None
+            try:
+                if state is None:
+                    raise TextMismatch("no saved text index")
+                text.restore(state, slot_map[kind], lambda slot, t=table: search_text(t.records[slot]))  # type: ignore[misc, arg-type]
+                report["text"][kind.value] = "loaded"
+            except TextMismatch:
+                text.rebuild()
+                report["text"][kind.value] = "rebuilt"
+        self._restored = report
+        return dict(report)
+
+    def _check_references(self, records: dict[Kind, list[Record]]) -> None:
+        """What :meth:`write` would check across records, done in bulk before anything is stored."""
+        entity_group = {e.id: e.group_id for e in records.get(Kind.ENTITY, [])}
+        for fact in records.get(Kind.FACT, []):
+            assert isinstance(fact, Fact)
+            if entity_group.get(fact.source_id) != fact.group_id or entity_group.get(fact.target_id) != fact.group_id:
+                raise BackendError(f"fact {fact.id} points to a missing entity or one of another group")
+        episodes = {e.id for e in records.get(Kind.EPISODE, [])}
+        for mention in records.get(Kind.MENTION, []):
+            assert isinstance(mention, Mention)
+            if mention.episode_id not in episodes or mention.entity_id not in entity_group:
+                raise BackendError(f"mention {mention.id} points to a missing episode or entity")
+        communities = {c.id for c in records.get(Kind.COMMUNITY, [])}
+        for member in records.get(Kind.MEMBERSHIP, []):
+            assert isinstance(member, Membership)
+            if member.community_id not in communities or member.entity_id not in entity_group:
+                raise BackendError(f"membership {member.id} points to a missing community or entity")
+
+    @staticmethod
+    def _restored_slots(records: dict[Kind, list[Record]], saved: dict[Kind, Any]) -> dict[Kind, Any] | None:
+        """The saved slot of every record, if the snapshot has a plausible set (else None: renumber, rebuild)."""
+        out = {}
+        for kind in Kind:
+            n = len(records.get(kind, ()))
+            slots = saved.get(kind)
+            if slots is None:
+                return None
+            slots = np.asarray(slots, dtype=np.int64)
+            if len(slots) != n:
+                return None
+            # Slots are increasing in scan order; the holes left by deletions are bounded by what was written.
+            if n and (int(slots[0]) < 0 or not bool(np.all(np.diff(slots) > 0)) or int(slots[-1]) > 4 * n + (1 << 20)):
+                return None
+            out[kind] = slots
+        return out
+
+    def _restore_table(
+        self, kind: Kind, recs: list[Record], slots: Any, times: dict[str, npt.NDArray[np.int64]]
+    ) -> None:
+        table = self._tables[kind]
+        n = len(recs)
+        size = int(slots[-1]) + 1 if n else 0
+        slot_list = slots.tolist()
+        table.records = [None] * size
+        for slot, record in zip(slot_list, recs, strict=True):
+            table.records[slot] = record
+        table.slot_of = dict(zip([r.id for r in recs], slot_list, strict=True))
+        for column in (table.alive, table.group, table.created, table.valid, table.invalid, table.expired, table.prior):
+            column.ensure(size)
+        table.relation.ensure(size)
+        table.alive.view()[slots] = True
+        table.live = n
+        table.version += 1
+        group_ids = [r.group_id for r in recs]
+        codes = self._group_codes
+        table.group.view()[slots] = [codes.setdefault(g, len(codes)) for g in group_ids]
+        for group, count in Counter(group_ids).items():
+            self._group_counts[group] = self._group_counts.get(group, 0) + count
+
+        def micros(name: str, missing: int) -> npt.NDArray[np.int64]:
+            column = times.get(name)
+            if column is None:  # not a time column of this file: convert from the records
+                values = [getattr(r, name) for r in recs]
+                return np.fromiter((missing if v is None else to_micros(v) for v in values), np.int64, n)
+            return np.where(column == _NONE_IN_FILE, missing, column).astype(np.int64)
+
+        table.created.view()[slots] = micros("created_at", _MAX)
+        if kind is Kind.FACT:
+            table.valid.view()[slots] = micros("valid_at", _MIN)
+            table.invalid.view()[slots] = micros("invalid_at", _MAX)
+            table.expired.view()[slots] = micros("expired_at", _MAX)
+            table.prior.view()[slots] = micros("prior_invalid_at", _MAX)
+            relations = self._relation_codes
+            table.relation.view()[slots] = [relations.setdefault(f.relation, len(relations)) for f in recs]  # type: ignore[union-attr]
+            adjacent, episode_facts = self._adjacent, self._episode_facts
+            for fact in recs:
+                assert isinstance(fact, Fact)
+                adjacent.setdefault(fact.source_id, set()).add(fact.id)
+                adjacent.setdefault(fact.target_id, set()).add(fact.id)
+                for episode_id in fact.episodes:
+                    episode_facts.setdefault(episode_id, set()).add(fact.id)
+        elif kind is Kind.EPISODE:
+            refs = micros("reference_time", _MIN)
+            table.valid.view()[slots] = refs
+            timeline: dict[str, list[tuple[int, int]]] = {}
+            for group, ref, slot in zip(group_ids, refs.tolist(), slot_list, strict=True):
+                timeline.setdefault(group, []).append((ref, slot))
+            for group, items in timeline.items():
+                items.sort()
+                self._timeline[group] = items
+        elif kind is Kind.ENTITY:
+            by_label: dict[str, list[int]] = {}
+            for slot, entity in zip(slot_list, recs, strict=True):
+                assert isinstance(entity, Entity)
+                for label in entity.labels:
+                    by_label.setdefault(label, []).append(slot)
+                for name in (entity.name, *entity.aliases):
+                    self._names.setdefault((entity.group_id, normalize_name(name)), set()).add(entity.id)
+            for label, labelled in by_label.items():
+                column = Column(np.bool_, False)
+                column.ensure(size)
+                column.view()[labelled] = True
+                table.labels[label] = column
+        elif kind is Kind.MENTION:
+            for mention in recs:
+                assert isinstance(mention, Mention)
+                self._mentions_by_episode.setdefault(mention.episode_id, set()).add(mention.entity_id)
+                self._mentions_by_entity.setdefault(mention.entity_id, set()).add(mention.episode_id)
+        elif kind is Kind.MEMBERSHIP:
+            for member in recs:
+                assert isinstance(member, Membership)
+                self._members_by_community.setdefault(member.community_id, set()).add(member.entity_id)
+                self._members_by_entity.setdefault(member.entity_id, set()).add(member.community_id)
+
+    def memory_breakdown(self) -> dict[str, int]:
+        """Approximate bytes held by the indexes, by part (for benchmarks; records are not counted here)."""
+        out = {"vectors": 0, "hnsw_graph": 0, "bm25": 0, "columns": 0}
+        for index in self._vectors.values():
+            parts = index.memory()
+            out["vectors"] += parts["vectors"]
+            out["hnsw_graph"] += parts["graph"]
+            out["columns"] += parts["columns"]
+        for text in self._texts.values():
+            out["bm25"] += text.memory()["bm25"]
+        for table in self._tables.values():
+            out["columns"] += table.alive.size * (1 + 4 + 8 * 4 + 4) + sum(c.size for c in table.labels.values())
+        return out
 
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)

@@ -4,6 +4,10 @@ bm25s cannot add a document without re-indexing the whole corpus, so new or chan
 with its own postings and are scored with the same BM25 (Lucene variant) formula and corpus-wide statistics.
 When the tail grows past a fraction of the main index, both are merged by one rebuild, so the amortised cost of
 an add stays small and every query sees every live document exactly once.
+
+Memory: tokens are not kept per document. A rebuild re-tokenizes the live texts (the store hands them over through
+``source``), and removing a document of the main index re-tokenizes its old text to update the statistics; this
+trades a little CPU on rare paths for ~200 bytes a document.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 import bm25s
 import numpy as np
+import numpy.typing as npt
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
@@ -36,18 +42,27 @@ def tokenize(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
 
 
+Source = Callable[[], Iterable[tuple[int, str]]]
+
+
+class TextMismatch(Exception):
+    """A persisted BM25 index does not fit the documents it was restored next to (the caller rebuilds it)."""
+
+
 class TextIndex:
     K1 = 1.5
     B = 0.75
 
-    def __init__(self, *, min_rebuild: int = 2048, rebuild_fraction: float = 0.25) -> None:
-        self._tokens: dict[int, list[str]] = {}  # every live slot's tokens
+    def __init__(self, source: Source, *, min_rebuild: int = 2048, rebuild_fraction: float = 0.25) -> None:
+        self._source = source  # every live (slot, text), for rebuilds
+        self._count = 0  # live documents
         self._main: bm25s.BM25 | None = None
         self._main_slots = np.zeros(0, dtype=np.int64)  # main position -> slot
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
         self._main_df: Counter[str] = Counter()
         self._main_len = 0
         self._tail: dict[int, Counter[str]] = {}
+        self._tail_lens: dict[int, int] = {}
         self._tail_postings: dict[str, set[int]] = {}
         self._tail_df: Counter[str] = Counter()
         self._tail_len = 0
@@ -55,31 +70,36 @@ class TextIndex:
         self.auto_rebuild = True  # off during bulk loads, which rebuild once at the end
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        return self._count
+
+    def _indexed(self, slot: int) -> bool:
+        return slot in self._tail or (slot < self._main_current.size and bool(self._main_current[slot]))
 
     # -- writes ---------------------------------------------------------------------------------------------
-    def set(self, slot: int, text: str) -> None:
-        tokens = tokenize(text)
-        if self._tokens.get(slot) == tokens:
+    def set(self, slot: int, text: str, old_text: str | None = None) -> None:
+        """Index ``text`` at ``slot``; ``old_text`` is the slot's current text, if it has one."""
+        if old_text == text and self._indexed(slot):
             return
-        self.remove(slot)
-        self._tokens[slot] = tokens
+        if old_text is not None:
+            self.remove(slot, old_text)
+        tokens = tokenize(text)
         counts = Counter(tokens)
         self._tail[slot] = counts
+        self._tail_lens[slot] = len(tokens)
         self._tail_len += len(tokens)
+        self._count += 1
         for term in counts:
             self._tail_postings.setdefault(term, set()).add(slot)
             self._tail_df[term] += 1
         if self.auto_rebuild and len(self._tail) >= max(self._min_rebuild, self._fraction * len(self._main_slots)):
             self.rebuild()
 
-    def remove(self, slot: int) -> None:
-        old = self._tokens.pop(slot, None)
-        if old is None:
-            return
+    def remove(self, slot: int, old_text: str) -> None:
+        """Drop ``slot``'s document, whose text is ``old_text``."""
         counts = self._tail.pop(slot, None)
         if counts is not None:
-            self._tail_len -= len(old)
+            self._count -= 1
+            self._tail_len -= self._tail_lens.pop(slot)
             for term in counts:
                 postings = self._tail_postings[term]
                 postings.discard(slot)
@@ -89,6 +109,8 @@ class TextIndex:
                 if not self._tail_df[term]:
                     del self._tail_df[term]
         elif slot < self._main_current.size and self._main_current[slot]:
+            self._count -= 1
+            old = tokenize(old_text)
             self._main_current[slot] = False
             self._main_len -= len(old)
             for term in set(old):
@@ -96,24 +118,111 @@ class TextIndex:
 
     def rebuild(self) -> None:
         """Merge the tail into a fresh bm25s index over every live document."""
-        slots = np.fromiter(sorted(self._tokens), dtype=np.int64, count=len(self._tokens))
-        corpus = [self._tokens[int(s)] or [""] for s in slots]
+        docs = sorted(self._source())
+        slots = np.fromiter((s for s, _ in docs), dtype=np.int64, count=len(docs))
+        corpus = [tokenize(text) for _, text in docs]
+        del docs
         self._main = None
         if len(slots):
             self._main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene")
-            self._main.index(corpus, show_progress=False)
+            self._main.index([tokens or [""] for tokens in corpus], show_progress=False)
+        self._set_main(slots, np.ones(len(slots), dtype=np.bool_))
+        self._main_df = Counter(term for tokens in corpus for term in set(tokens))
+        self._main_len = sum(len(tokens) for tokens in corpus)
+        self._count = len(slots)
+        self._clear_tail()
+
+    def _set_main(self, slots: npt.NDArray[np.int64], current: npt.NDArray[np.bool_]) -> None:
         self._main_slots = slots
         self._main_current = Column(np.bool_, False, capacity=max(1024, int(slots.max(initial=0)) + 1))
         self._main_current.ensure(int(slots.max(initial=-1)) + 1)
-        self._main_current.view()[slots] = True
-        self._main_df = Counter(term for s in slots for term in set(self._tokens[int(s)]))
-        self._main_len = sum(len(self._tokens[int(s)]) for s in slots)
-        self._tail, self._tail_postings, self._tail_df, self._tail_len = {}, {}, Counter(), 0
+        self._main_current.view()[slots[current]] = True
+
+    def _clear_tail(self) -> None:
+        self._tail, self._tail_lens, self._tail_postings, self._tail_df, self._tail_len = {}, {}, {}, Counter(), 0
+
+    # -- snapshots ------------------------------------------------------------------------------------------
+    def export(self) -> dict[str, object]:
+        """The main index as plain arrays and lists (for a snapshot); the tail is listed by slot only."""
+        main = self._main
+        out: dict[str, object] = {
+            "slots": self._main_slots,
+            "current": self._main_current.view()[self._main_slots] if len(self._main_slots) else np.zeros(0, bool),
+            "df_terms": list(self._main_df),
+            "df_counts": np.fromiter(self._main_df.values(), dtype=np.int64, count=len(self._main_df)),
+            "main_len": self._main_len,
+            "tail": np.fromiter(sorted(self._tail), dtype=np.int64, count=len(self._tail)),
+        }
+        if main is not None:
+            vocab = sorted(main.vocab_dict, key=main.vocab_dict.__getitem__)
+            out.update(
+                vocab=vocab,
+                data=np.asarray(main.scores["data"]),
+                indices=np.asarray(main.scores["indices"]),
+                indptr=np.asarray(main.scores["indptr"]),
+                num_docs=int(main.scores["num_docs"]),
+            )
+        return out
+
+    def restore(self, state: dict[str, object], live: npt.NDArray[np.int64], texts: Callable[[int], str]) -> None:
+        """Load an :meth:`export`-ed index into this empty one. ``live`` are the slots that have a document
+        now, ``texts(slot)`` their text (for the tail, which is re-tokenized). Raises :class:`TextMismatch` if the
+        state does not describe exactly those documents."""
+        try:
+            slots = np.asarray(state["slots"], dtype=np.int64)
+            current = np.asarray(state["current"], dtype=np.bool_)
+            tail = np.asarray(state["tail"], dtype=np.int64)
+            df_terms = list(state["df_terms"])  # type: ignore[call-overload]
+            df_counts = np.asarray(state["df_counts"], dtype=np.int64)
+            main_len = int(state["main_len"])  # type: ignore[call-overload]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TextMismatch(f"incomplete text index: {exc}") from None
+        documents = np.concatenate([slots[current], tail]) if len(current) == len(slots) else None
+        if documents is None or len(df_terms) != len(df_counts):
+            raise TextMismatch("inconsistent text index arrays")
+        if len(documents) != len(live) or not np.array_equal(np.sort(documents), np.sort(live)):
+            raise TextMismatch("the text index covers other documents than the snapshot's records")
+        main = None
+        if len(slots):
+            try:
+                vocab = list(state["vocab"])  # type: ignore[call-overload]
+                data = np.asarray(state["data"])
+                indices = np.asarray(state["indices"])
+                indptr = np.asarray(state["indptr"])
+                num_docs = int(state["num_docs"])  # type: ignore[call-overload]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise TextMismatch(f"incomplete text index: {exc}") from None
+            if (
+                num_docs != len(slots)
+                # bm25s adds the empty token to the vocabulary after building the matrix, so it may lack a column
+                or not len(vocab) <= len(indptr) <= len(vocab) + 1
+                or len(data) != len(indices)
+                or (len(indptr) and int(indptr[-1]) != len(data))
+                or (len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= num_docs))
+            ):
+                raise TextMismatch("the bm25 arrays do not fit together")
+            main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene")
+            main.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": num_docs}
+            main.vocab_dict = {term: i for i, term in enumerate(vocab)}
+            main.unique_token_ids_set = set(main.vocab_dict.values())
+            main.nonoccurrence_array = None
+        self._main = main
+        self._set_main(slots, current)
+        self._main_df = Counter(dict(zip(df_terms, df_counts.tolist(), strict=True)))
+        self._main_len = main_len
+        self._count = int(np.count_nonzero(current))
+        self._clear_tail()
+        auto, self.auto_rebuild = self.auto_rebuild, False
+        try:
+            for slot in tail.tolist():
+                self.set(slot, texts(slot))
+        finally:
+            self.auto_rebuild = auto
 
     # -- reads ----------------------------------------------------------------------------------------------
     def search(self, query: str, k: int, mask: Mask) -> list[tuple[int, float]]:
         terms = list(dict.fromkeys(tokenize(query)))
-        if not terms or k <= 0 or not self._tokens:
+        if not terms or k <= 0 or not self._count:
             return []
         found: list[tuple[int, float]] = []
         main = self._main
@@ -133,7 +242,7 @@ class TextIndex:
         return found[:k]
 
     def _search_tail(self, terms: list[str], k: int, mask: Mask) -> list[tuple[int, float]]:
-        n_docs = len(self._tokens)
+        n_docs = self._count
         avg_len = max(1e-9, (self._main_len + self._tail_len) / max(1, n_docs))
         scores: dict[int, float] = {}
         for term in terms:
@@ -146,7 +255,7 @@ class TextIndex:
                 if not mask[slot]:
                     continue
                 tf = self._tail[slot][term]
-                dl = len(self._tokens[slot])
+                dl = self._tail_lens[slot]
                 tfc = tf / (self.K1 * (1 - self.B + self.B * dl / avg_len) + tf)
                 scores[slot] = scores.get(slot, 0.0) + idf * tfc
         if not scores:
@@ -157,3 +266,11 @@ class TextIndex:
 
     def stats(self) -> dict[str, int]:
         return {"main": len(self._main_slots), "tail": len(self._tail)}
+
+    def memory(self) -> dict[str, int]:
+        """Approximate bytes held by the bm25s arrays and the per-slot columns."""
+        main = self._main
+        arrays = 0
+        if main is not None:
+            arrays = sum(np.asarray(main.scores[k]).nbytes for k in ("data", "indices", "indptr"))
+        return {"bm25": arrays + self._main_slots.nbytes + self._main_current.size}

@@ -29,10 +29,11 @@ def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
     parts.append("created_at <= %(s_known)s")
     if kind is Kind.FACT and scope.as_of is not None:
         params["s_at"] = scope.as_of
-        # An invalidation learnt after known_at (expired_at > known_at) is not yet known: the fact looks open.
+        # A supersession learnt after known_at (expired_at > known_at) is not yet known: the fact ends where it
+        # ended before it (prior_invalid_at: its own end, or open). tkg.timeline.believed_invalid_at is the rule.
         parts.append(
-            "(valid_at IS NULL OR valid_at <= %(s_at)s) AND (invalid_at IS NULL OR "
-            "(expired_at IS NOT NULL AND expired_at > %(s_known)s) OR %(s_at)s < invalid_at)"
+            "(valid_at IS NULL OR valid_at <= %(s_at)s) AND COALESCE(%(s_at)s < CASE WHEN expired_at > %(s_known)s "
+            "THEN prior_invalid_at ELSE invalid_at END, TRUE)"
         )
     elif kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
         params["s_at"] = scope.as_of

@@ -1,0 +1,468 @@
+#!/usr/bin/env python
+"""Scale curves of tkg alone on the in-memory backend: 10k, 100k and 1M facts with 384-d hash embeddings.
+
+For each size N (facts) two fresh subprocesses run, so that sizes do not contaminate each other's memory:
+
+1. *build*: the base graph of bench_core (``build_records``: N facts, ~N/3 entities, one message episode per 3
+   facts, mentions; every fact, entity and episode carries a 384-d vector) bulk-loaded with
+   ``InMemoryStore.load``; resident memory after the build (RSS minus the RSS right after the imports);
+   ``Memory.add_facts`` (structured, no LLM) and ``Memory.add_episode`` with ``RulesLLM`` latency (engine time:
+   wall time minus the time inside the embedder and the LLM double); ``Memory.search`` latency; ``Memory.save``.
+2. *load*: ``Memory.load`` of that snapshot in a fresh process (time, resident memory, which indexes were loaded
+   rather than rebuilt), then the same searches again.
+
+    python benchmarks/bench_scale.py                      # 10k, 100k, 1M (needs ~15 GB of RAM and ~30 min)
+    python benchmarks/bench_scale.py --quick              # CI smoke: 2k and 10k facts (under a minute)
+    python benchmarks/bench_scale.py --sizes 10000,100000 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_core
+import render
+
+import tkg
+from tkg.backends.memory import InMemoryStore
+from tkg.llm.rules import RulesLLM
+
+NAME = "scale"
+DIM = bench_core.DIM
+GROUP = bench_core.GROUP
+TARGET_SEARCH_MS = 10.0
+TARGET_KB_PER_FACT = 3.0
+TARGET_SNAPSHOT_S = 30.0
+TARGET_SIZE = 1_000_000
+
+
+def rss_bytes() -> int:
+    """Current resident set size of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+class TimedRulesLLM(RulesLLM):
+    """RulesLLM that adds up the time spent inside it, so engine time can exclude the LLM double."""
+
+    seconds = 0.0
+
+    def generate(self, prompt: Any, response_model: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return super().generate(prompt, response_model)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls.clear()  # do not keep every prompt through the run
+
+
+def _ms(values: Sequence[float]) -> dict[str, float]:
+    return bench_core.summarise(values)
+
+
+def _fact_inputs(rng: random.Random, vocab: bench_core.Vocabulary, count: int) -> list[list[tkg.FactInput]]:
+    """Batches of 3 structured facts about known people, organisations and places (some new names)."""
+    relations = [("WORKS_AT", "orgs"), ("LIVES_IN", "places"), ("KNOWS", "people"), ("VISITED", "places")]
+    batches = []
+    for _ in range(count):
+        batch = []
+        for _ in range(3):
+            relation, pool = rng.choice(relations)
+            subject = bench_core._person(rng, vocab)
+            obj = rng.choice(getattr(vocab, pool))
+            if obj == subject:
+                obj = rng.choice(vocab.places)
+            batch.append(tkg.FactInput(subject, relation, obj))
+        batches.append(batch)
+    return batches
+
+
+def _search(memory: tkg.Memory, queries: Sequence[str], warmup: int) -> dict[str, Any]:
+    for query in queries[:warmup]:
+        memory.search(query, group_ids=[GROUP], limit=10)
+    times, hits = [], 0
+    for query in queries[warmup:]:
+        start = time.perf_counter()
+        found = memory.search(query, group_ids=[GROUP], limit=10)
+        times.append(time.perf_counter() - start)
+        hits += len(found.facts) + len(found.entities) + len(found.episodes)
+    return {"ms": _ms(times), "results_per_query": hits / max(1, len(times))}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workers (one fresh process each)
+def worker_build(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[str, Any]:
+    gc.collect()
+    baseline = rss_bytes()
+    rng = random.Random(bench_core.SEED)
+    result: dict[str, Any] = {"facts": n_facts, "baseline_rss_mb": baseline / 2**20}
+    t0 = time.perf_counter()
+    records, vocab, timings = bench_core.build_records(n_facts, rng, tkg.HashEmbedder(dim=DIM))
+    t1 = time.perf_counter()
+    store = InMemoryStore(dim=DIM, threads=args.threads)
+    store.load(records)
+    load_s = time.perf_counter() - t1
+    del records
+    gc.collect()
+    resident = rss_bytes() - baseline
+    result["build"] = {
+        "records_s": t1 - t0,
+        "store_load_s": load_s,
+        "total_s": time.perf_counter() - t0,
+        "counts": timings["counts"],
+    }
+    result["rss_mb"] = resident / 2**20
+    result["kb_per_fact"] = resident / n_facts / 1000
+    result["breakdown_mb"] = {k: v / 2**20 for k, v in store.memory_breakdown().items()}
+    result["breakdown_mb"]["records_and_maps (rest of RSS)"] = (
+        resident - sum(store.memory_breakdown().values())
+    ) / 2**20
+
+    embedder = bench_core.TimedEmbedder(tkg.HashEmbedder(dim=DIM))
+    llm = TimedRulesLLM()
+    clock = tkg.FixedClock(bench_core.CLOCK_START, tick=timedelta(seconds=1))
+    memory = tkg.Memory(store, embedder=embedder, llm=llm, clock=clock)
+
+    # add_facts: structured, no LLM
+    batches = _fact_inputs(rng, vocab, args.warmup + args.adds)
+    engine = []
+    for i, batch in enumerate(batches):
+        embedder.seconds = 0.0
+        start = time.perf_counter()
+        memory.add_facts(batch, group_id=GROUP)
+        elapsed = time.perf_counter() - start - embedder.seconds
+        if i >= args.warmup:
+            engine.append(elapsed)
+    result["add_facts_ms"] = _ms(engine)
+
+    # add_episode with the rules LLM
+    texts = bench_core.episode_texts(rng, vocab, args.warmup + args.adds)
+    engine = []
+    for i, text in enumerate(texts):
+        embedder.seconds = llm.seconds = 0.0
+        start = time.perf_counter()
+        memory.add_episode(text, group_id=GROUP)
+        elapsed = time.perf_counter() - start - embedder.seconds - llm.seconds
+        if i >= args.warmup:
+            engine.append(elapsed)
+    result["add_episode_ms"] = _ms(engine)
+
+    queries = bench_core.query_texts(random.Random(bench_core.SEED + 1), vocab, args.warmup + args.queries)
+    gc.collect()
+    result["search"] = _search(memory, queries, args.warmup)
+    if args.profile and result["search"]["ms"]["p95"] >= TARGET_SEARCH_MS:
+        result["search_profile"] = bench_core.profile(
+            f"search at N={n_facts:,}",
+            lambda: [memory.search(q, group_ids=[GROUP], limit=10) for q in queries[args.warmup :]],
+            args.queries,
+        )
+
+    gc.collect()
+    start = time.perf_counter()
+    result["file_bytes"] = memory.save(snapshot)
+    result["save_s"] = time.perf_counter() - start
+    result["facts_stored"] = store.count(tkg.Kind.FACT)
+    return result
+
+
+def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[str, Any]:
+    gc.collect()
+    baseline = rss_bytes()
+    start = time.perf_counter()
+    memory = tkg.Memory.load(snapshot, embedder=tkg.HashEmbedder(dim=DIM))
+    load_s = time.perf_counter() - start
+    gc.collect()
+    resident = rss_bytes() - baseline
+    facts = memory.store.count(tkg.Kind.FACT)
+    vocab = bench_core.make_vocabulary(random.Random(bench_core.SEED), max(30, n_facts // 3))
+    queries = bench_core.query_texts(random.Random(bench_core.SEED + 1), vocab, args.warmup + args.queries)
+    out = {
+        "load_s": load_s,
+        "rss_mb": resident / 2**20,
+        "kb_per_fact": resident / facts / 1000,
+        "restored": memory.store.stats().get("restored", {}),
+        "search": _search(memory, queries, args.warmup),
+    }
+    if args.profile and load_s >= TARGET_SNAPSHOT_S:
+        import cProfile
+        import io
+        import pstats
+
+        del memory
+        gc.collect()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        tkg.Memory.load(snapshot, embedder=tkg.HashEmbedder(dim=DIM))
+        profiler.disable()
+        stream = io.StringIO()
+        pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(25)
+        out["load_profile"] = stream.getvalue()
+    return out
+
+
+def run_worker(kind: str, n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        out = Path(tmp.name)
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        kind,
+        "--sizes",
+        str(n_facts),
+        "--snapshot",
+        str(snapshot),
+        "--worker-out",
+        str(out),
+        "--threads",
+        str(args.threads),
+        "--queries",
+        str(args.queries),
+        "--adds",
+        str(args.adds),
+        "--warmup",
+        str(args.warmup),
+        *(["--profile"] if args.profile else []),
+    ]
+    try:
+        subprocess.run(command, check=True)
+        return json.loads(out.read_text())  # type: ignore[no-any-return]
+    finally:
+        out.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# report
+def _r(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, started: str, seconds: float) -> dict:
+    sizes = [r["facts"] for r in results]
+    columns = ["metric", *[f"{n:,} facts" for n in sizes]]
+
+    def row(label: str, values: list[Any]) -> list[Any]:
+        return [label, *values]
+
+    rows = [
+        row(
+            "entities / episodes / mentions",
+            [
+                f"{r['build']['counts']['entities']:,} / {r['build']['counts']['episodes']:,} / "
+                f"{r['build']['counts']['mentions']:,}"
+                for r in results
+            ],
+        ),
+        row("build s (records + store.load)", [_r(r["build"]["total_s"], 1) for r in results]),
+        row("add_facts engine ms p50", [_r(r["add_facts_ms"]["p50"]) for r in results]),
+        row("add_facts engine ms p95", [_r(r["add_facts_ms"]["p95"]) for r in results]),
+        row("add_episode engine ms p50", [_r(r["add_episode_ms"]["p50"]) for r in results]),
+        row("add_episode engine ms p95", [_r(r["add_episode_ms"]["p95"]) for r in results]),
+        row("search ms p50", [_r(r["search"]["ms"]["p50"]) for r in results]),
+        row("search ms p95", [_r(r["search"]["ms"]["p95"]) for r in results]),
+        row("search ms p95 after load", [_r(r["loaded"]["search"]["ms"]["p95"]) for r in results]),
+        row("RSS MB after build", [_r(r["rss_mb"], 0) for r in results]),
+        row("RSS MB after load", [_r(r["loaded"]["rss_mb"], 0) for r in results]),
+        row(
+            "KB per fact (build / load)",
+            [f"{r['kb_per_fact']:.2f} / {r['loaded']['kb_per_fact']:.2f}" for r in results],
+        ),
+        row("snapshot save s", [_r(r["save_s"]) for r in results]),
+        row("snapshot load s", [_r(r["loaded"]["load_s"]) for r in results]),
+        row("snapshot file MB", [_r(r["file_bytes"] / 2**20, 0) for r in results]),
+        row(
+            "indexes restored",
+            [
+                "loaded"
+                if all(
+                    v == "loaded" for part in ("graphs", "text") for v in r["loaded"]["restored"].get(part, {}).values()
+                )
+                else "rebuilt"
+                for r in results
+            ],
+        ),
+    ]
+    breakdown_keys = list(results[0]["breakdown_mb"])
+    breakdown_rows = [
+        row(key, [_r(r["breakdown_mb"][key] * 2**20 / r["facts"] / 1000, 3) for r in results]) for key in breakdown_keys
+    ]
+    notes = [
+        "Graph: bench_core's base graph -- per fact 1/3 entity and 1/3 message episode, each with a 384-d vector, so "
+        "1.67 vectors per fact.",
+        "Engine ms = wall time minus time inside HashEmbedder and RulesLLM. Search = Memory.search, hybrid, limit 10, "
+        "query embedding included.",
+        "RSS = resident set after the build / after Memory.load, minus the RSS of the same fresh process after its "
+        "imports; each size runs in its own processes.",
+    ]
+    largest = results[-1]
+    at_target = largest if largest["facts"] >= TARGET_SIZE else None
+    targets = [
+        render.target(
+            "search p95 at 1M facts < 10 ms",
+            None
+            if at_target is None
+            else max(at_target["search"]["ms"]["p95"], at_target["loaded"]["search"]["ms"]["p95"]),
+            TARGET_SEARCH_MS,
+            "ms",
+        ),
+        render.target(
+            "resident memory per fact < 3 KB (384-d)",
+            None if at_target is None else max(at_target["kb_per_fact"], at_target["loaded"]["kb_per_fact"]),
+            TARGET_KB_PER_FACT,
+            "KB",
+        ),
+        render.target(
+            "snapshot save of 1M facts < 30 s",
+            None if at_target is None else at_target["save_s"],
+            TARGET_SNAPSHOT_S,
+            "s",
+        ),
+        render.target(
+            "snapshot load of 1M facts < 30 s",
+            None if at_target is None else at_target["loaded"]["load_s"],
+            TARGET_SNAPSHOT_S,
+            "s",
+        ),
+    ]
+    return {
+        "bench": NAME,
+        "command": render.command_line(),
+        "machine": bench_core.machine(),
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("worker")},
+        "started": started,
+        "seconds": seconds,
+        "tables": [
+            {
+                "title": "tkg in-memory backend at scale (HashEmbedder dim 384)",
+                "columns": columns,
+                "rows": rows,
+                "notes": notes,
+            },
+            {
+                "title": "resident memory per fact by part, KB (after build)",
+                "columns": columns,
+                "rows": breakdown_rows,
+                "notes": [
+                    "vectors: the records' float32 arrays, held once; hnsw_graph: hnswlib's own copy of each unit "
+                    "vector plus its links; bm25: bm25s arrays; columns: numpy filter columns; the rest of RSS is "
+                    "records (Python objects) and the id / adjacency / mention maps."
+                ],
+            },
+        ],
+        "plots": [
+            {
+                "file": "scale_search.png",
+                "title": "search latency vs graph size",
+                "x_label": "facts",
+                "y_label": "ms",
+                "log_x": True,
+                "log_y": False,
+                "x": sizes,
+                "series": {
+                    "search p50": [r["search"]["ms"]["p50"] for r in results],
+                    "search p95": [r["search"]["ms"]["p95"] for r in results],
+                },
+            },
+            {
+                "file": "scale_memory.png",
+                "title": "resident memory per fact",
+                "x_label": "facts",
+                "y_label": "KB / fact",
+                "log_x": True,
+                "log_y": False,
+                "x": sizes,
+                "series": {
+                    "after build": [r["kb_per_fact"] for r in results],
+                    "after load": [r["loaded"]["kb_per_fact"] for r in results],
+                },
+            },
+            {
+                "file": "scale_snapshot.png",
+                "title": "snapshot save / load time",
+                "x_label": "facts",
+                "y_label": "s",
+                "log_x": True,
+                "log_y": False,
+                "x": sizes,
+                "series": {"save": [r["save_s"] for r in results], "load": [r["loaded"]["load_s"] for r in results]},
+            },
+        ],
+        "targets": targets,
+        "sizes": results,
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated fact counts")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 2,000 and 10,000 facts, fewer queries")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--adds", type=int, default=100, help="add_facts calls and add_episode calls measured")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="InMemoryStore(threads=...) for the HNSW build")
+    parser.add_argument("--profile", action="store_true", help="cProfile search / load where a target is missed")
+    parser.add_argument("--out", default=str(bench_core.OUT_DIR / f"{NAME}.json"))
+    parser.add_argument("--worker", choices=["build", "load"], help=argparse.SUPPRESS)
+    parser.add_argument("--snapshot", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.queries, args.adds = "2000,10000", 50, 30
+    args.sizes = sorted(int(s) for s in str(args.sizes).split(","))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        work = worker_build if args.worker == "build" else worker_load
+        result = work(args.sizes[0], args, Path(args.snapshot))
+        Path(args.worker_out).write_text(json.dumps(result))
+        return 0
+    started = bench_core.datetime.now(bench_core.UTC).isoformat()
+    t0 = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(
+        prefix="tkg-scale-", dir=bench_core.OUT_DIR if bench_core.OUT_DIR.is_dir() else None
+    ) as tmp:
+        for n in args.sizes:
+            snapshot = Path(tmp) / f"scale-{n}.tkg"
+            print(f"-- {n:,} facts: build ...", flush=True)
+            result = run_worker("build", n, args, snapshot)
+            print(f"-- {n:,} facts: load ...", flush=True)
+            result["loaded"] = run_worker("load", n, args, snapshot)
+            snapshot.unlink(missing_ok=True)
+            results.append(result)
+    payload = build_payload(results, args, started, time.perf_counter() - t0)
+    render.print_tables(payload)
+    for r in results:
+        for key in ("search_profile",):
+            if key in r:
+                print(r[key])
+        if "load_profile" in r["loaded"]:
+            print(r["loaded"]["load_profile"])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
