@@ -4,6 +4,8 @@
 >>> memory = Memory(embedder=HashEmbedder())
 """
 
+from tkg.aio import AsyncMemory
+from tkg.background import BackgroundIngestor, IngestionStatus
 from tkg.clock import Clock, FixedClock, SystemClock
 from tkg.config import MemoryConfig
 from tkg.context import Context
@@ -14,8 +16,10 @@ from tkg.errors import (
     EmbeddingError,
     EpisodeError,
     ExtractionFailedError,
+    IngestorClosedError,
     LLMError,
     NotFoundError,
+    QueueFullError,
     SnapshotError,
     SnapshotFormatError,
     SnapshotVersionError,
@@ -23,6 +27,7 @@ from tkg.errors import (
     TkgError,
     UnknownGroupError,
     ValidationError,
+    WaitTimeoutError,
 )
 from tkg.llm import GraphExtraction, LLMClient, LLMPolicy, LLMUsage, Prompt, ScriptedLLM
 from tkg.llm.rules import RulesLLM
@@ -39,7 +44,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "AsyncMemory",
     "BackendError",
+    "BackgroundIngestor",
     "Clock",
     "Community",
     "ConfigurationError",
@@ -64,6 +71,8 @@ __all__ = [
     "GraphExtraction",
     "HashEmbedder",
     "Hit",
+    "IngestionStatus",
+    "IngestorClosedError",
     "Kind",
     "LLMClient",
     "LLMError",
@@ -78,6 +87,7 @@ __all__ = [
     "NotFoundError",
     "Ontology",
     "Prompt",
+    "QueueFullError",
     "RelationType",
     "RemovalResult",
     "Reranker",
@@ -97,6 +107,7 @@ __all__ = [
     "TkgError",
     "UnknownGroupError",
     "ValidationError",
+    "WaitTimeoutError",
     "WriteBatch",
     "preset",
 ]

@@ -57,6 +57,20 @@ class ExtractionFailedError(LLMError):
         self.episode_id = episode_id
 
 
+class QueueFullError(TkgError):
+    """The background ingestion queue is full (see ``max_queue`` of :class:`tkg.BackgroundIngestor`); nothing
+    was stored. Wait for the queue to drain, or allow a longer queue."""
+
+
+class IngestorClosedError(TkgError):
+    """The background ingestor (or the :class:`tkg.AsyncMemory` around it) was closed and accepts no more work;
+    nothing was stored."""
+
+
+class WaitTimeoutError(TkgError, TimeoutError):
+    """Waiting for a background ingestion took longer than the timeout given; the work goes on."""
+
+
 class ConfigurationError(TkgError):
     """tkg was configured in a way that cannot work (for example a feature that needs an LLM without one)."""
 

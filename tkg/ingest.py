@@ -21,7 +21,7 @@ from tkg.community_tier import CommunityTier
 from tkg.config import MemoryConfig
 from tkg.drafts import Draft, from_extraction, name_grams, speaker_of, time_mentions
 from tkg.embedders.base import Embedder, check_vectors
-from tkg.errors import ExtractionFailedError, LLMError, ValidationError
+from tkg.errors import ExtractionFailedError, LLMError, NotFoundError, ValidationError
 from tkg.extraction import EpisodePlanner, GraphPlan, PlanSettings, Questions
 from tkg.llm.base import LLMUsage
 from tkg.llm.guard import GuardedLLM
@@ -32,6 +32,11 @@ from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.profiles import fold
 from tkg.storage import Store, WriteBatch
+
+#: Stored episodes an ingestion may write over: a failed one (a new add replaces it), and for a run that extracts
+#: a stored episode (a retry, or one taken from the queue) also its own queued record.
+_REPLACEABLE = frozenset({EpisodeStatus.FAILED})
+_REPLACEABLE_STORED = frozenset({EpisodeStatus.FAILED, EpisodeStatus.QUEUED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +106,16 @@ class Ingestor:
         n = self.config.context_episodes
         if n == 0:
             return []
-        with self.lock:
-            stored = self.store.recent_episodes(episode.group_id, episode.reference_time, n + len(earlier) + 1)
+        want = n + len(earlier) + 1
+        while True:
+            with self.lock:
+                found = self.store.recent_episodes(episode.group_id, episode.reference_time, want)
+            # A queued episode is not yet part of what the memory knows: sequential ingestion would not have seen
+            # it (a group's queue applies in order, so those queued before this one are already extracted).
+            stored = [e for e in found if e.status is not EpisodeStatus.QUEUED]
+            if len(found) < want or len(stored) >= n + len(earlier) + 1:
+                break
+            want *= 2
         pending = [e for e in earlier if e.group_id == episode.group_id and e.reference_time <= episode.reference_time]
         merged = [e for e in stored if e.id != episode.id] + pending
         merged.sort(key=lambda e: e.reference_time)  # stable: stored first, then batch order
@@ -141,12 +154,14 @@ class Ingestor:
         usage: LLMUsage | None = None,
         vectors: dict[str, Vector] | None = None,
         started: float | None = None,
+        replace_stored: bool = False,
     ) -> EpisodeResult:
         """Ingest a validated, not yet stored episode. With ``extract`` the LLM extracts, unless ``extraction``
         is given (bulk ingestion: the extraction, or the error its call failed with). Raises
-        :class:`ExtractionFailedError` after storing the episode as failed if the LLM fails for good."""
+        :class:`ExtractionFailedError` after storing the episode as failed if the LLM fails for good.
+        ``replace_stored``: the episode is stored already (queued, or failed) and this run replaces that record."""
         with self.group_lock(episode.group_id):
-            return self._ingest(episode, now, extraction, extract, usage, vectors, started)
+            return self._ingest(episode, now, extraction, extract, usage, vectors, started, replace_stored)
 
     def _ingest(
         self,
@@ -157,6 +172,7 @@ class Ingestor:
         usage: LLMUsage | None,
         vectors: dict[str, Vector] | None,
         started: float | None,
+        replace_stored: bool = False,
     ) -> EpisodeResult:
         started = time.perf_counter() if started is None else started
         usage = usage if usage is not None else LLMUsage()
@@ -178,10 +194,12 @@ class Ingestor:
                 if times and episode.source is not EpisodeSource.JSON:
                     episode = dataclasses.replace(episode, attributes={**episode.attributes, "times": times})
             episode = dataclasses.replace(episode, status=status, error="")
-            return self._apply(episode, draft, now, usage, ask=extract, vectors=vectors, started=started)
+            return self._apply(
+                episode, draft, now, usage, ask=extract, vectors=vectors, started=started, replace_stored=replace_stored
+            )
         except LLMError as exc:
             failed = dataclasses.replace(episode, status=EpisodeStatus.FAILED, error=str(exc))
-            self._store_failed(failed, vectors)
+            self._store_failed(failed, vectors, replace_stored)
             raise ExtractionFailedError(
                 f"extraction of episode {episode.id} failed: {exc}. The episode is stored (status 'failed'); "
                 "call Memory.retry() once the LLM is back.",
@@ -220,6 +238,7 @@ class Ingestor:
         ask: bool,
         vectors: dict[str, Vector] | None,
         started: float,
+        replace_stored: bool = False,
     ) -> EpisodeResult:
         texts = [episode.content, *(e.name for e in draft.entities), *(f.sentence for f in draft.facts)]
         vectors = dict(vectors or {})
@@ -228,7 +247,7 @@ class Ingestor:
             made = check_vectors(self.embedder.embed(missing), self.embedder.dim, len(missing))
             vectors.update(zip(missing, made, strict=True))
         with self.lock:
-            self.check_new(episode)
+            self.check_new(episode, replace_stored=replace_stored)
             planner = EpisodePlanner(self.store, episode, now, self.settings, vectors)
             questions = planner.questions(draft) if ask and self.llm is not None else Questions()
         answer = None
@@ -264,14 +283,16 @@ class Ingestor:
 
     def _maintain_communities(self, group_id: str, usage: LLMUsage, warnings: list[str]) -> None:
         """Run the community refresh policy after the episode is written. A refresh that fails (its LLM
-        summaries) changes nothing and does not fail the episode: the policy tries again on a later one."""
+        summaries, or anything else) changes nothing and does not fail the episode: the policy tries again on a
+        later one."""
         if self.communities is None:
             return
         try:
             with self.lock:
                 refreshed = self.communities.maybe_refresh(self.store, group_id)
-        except LLMError as exc:
-            usage.failures += 1
+        except Exception as exc:  # the episode is written: failing it now would report stored work as lost
+            if isinstance(exc, LLMError):
+                usage.failures += 1
             warnings.append(f"community refresh of group {group_id} failed and was left for later: {exc}")
             return
         if refreshed is not None:
@@ -295,18 +316,33 @@ class Ingestor:
         for i in plan.fresh_facts:
             plan.facts[i] = dataclasses.replace(plan.facts[i], embedding=vectors[plan.facts[i].fact])
 
-    def _store_failed(self, episode: Episode, vectors: dict[str, Vector] | None) -> None:
+    def _store_failed(self, episode: Episode, vectors: dict[str, Vector] | None, replace_stored: bool = False) -> None:
         vector = (vectors or {}).get(episode.content)
         if vector is None:
             vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
         with self.lock:
             current = self.store.get(Kind.EPISODE, [episode.id])[0]
-            if current is None or (isinstance(current, Episode) and current.status is EpisodeStatus.FAILED):
+            replaceable = _REPLACEABLE_STORED if replace_stored else _REPLACEABLE
+            # A stored episode removed meanwhile stays removed (current is None): nothing is written back.
+            first = current is None and not replace_stored
+            if first or (isinstance(current, Episode) and current.status in replaceable):
                 self.store.write(WriteBatch(puts=[dataclasses.replace(episode, embedding=vector)]))
 
-    def check_new(self, episode: Episode) -> None:
+    def check_new(self, episode: Episode, *, replace_stored: bool = False) -> None:
+        """Refuse to write ``episode`` over another record with its id (a failed one may be replaced). With
+        ``replace_stored`` the episode's own stored record (queued or failed) must still be there: it is what the
+        run replaces, and one removed meanwhile must not come back."""
         current = self.store.get(Kind.EPISODE, [episode.id])[0]
-        if current is not None and not (isinstance(current, Episode) and current.status is EpisodeStatus.FAILED):
+        if replace_stored:
+            if current is None:
+                raise NotFoundError(f"episode {episode.id} was removed before its extraction ran; nothing written")
+            if not (isinstance(current, Episode) and current.status in _REPLACEABLE_STORED):
+                raise ValidationError(
+                    f"episode {episode.id} is {getattr(current, 'status', 'not an episode')} already; only a queued "
+                    "or failed episode is extracted again"
+                )
+            return
+        if current is not None and not (isinstance(current, Episode) and current.status in _REPLACEABLE):
             raise ValidationError(f"episode {episode.id} already exists; episodes are immutable")
 
     # -- undo -----------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from tkg.models import (
     Kind,
     Mention,
     Record,
+    Vector,
     check_group_id,
     check_id,
     new_id,
@@ -240,10 +241,25 @@ class Memory:
         ``failed``, nothing else is written, and :class:`~tkg.errors.ExtractionFailedError` is raised; call
         :meth:`retry` later.
         """
+        item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id)
+        episode, now = self._new_episode(item)
+        return self._run(episode, now, self._wants_llm(extract))
+
+    def _new_episode(self, item: EpisodeInput) -> tuple[Episode, datetime]:
+        """The validated episode for the arguments of :meth:`add_episode` (the one place they are checked, for
+        every way in), stamped now; and that now."""
         now = self.clock.now()
-        episode = self._episode(content, group_id, source, reference_time, source_description, name, episode_id, now)
-        result = self._run(episode, now, self._wants_llm(extract))
-        return result
+        episode = self._episode(
+            item.content,
+            item.group_id,
+            item.source,
+            item.reference_time,
+            item.source_description,
+            item.name,
+            item.episode_id,
+            now,
+        )
+        return episode, now
 
     def _wants_llm(self, extract: bool | None) -> bool:
         if extract and self.llm is None:
@@ -258,11 +274,21 @@ class Memory:
         extraction: GraphExtraction | LLMError | None = None,
         usage: LLMUsage | None = None,
         started: float | None = None,
+        *,
+        vectors: dict[str, Vector] | None = None,
+        replace_stored: bool = False,
     ) -> EpisodeResult:
         usage = usage if usage is not None else LLMUsage()
         try:
             return self._ingestor.ingest(
-                episode, now, extract=extract, extraction=extraction, usage=usage, started=started
+                episode,
+                now,
+                extract=extract,
+                extraction=extraction,
+                usage=usage,
+                started=started,
+                vectors=vectors,
+                replace_stored=replace_stored,
             )
         finally:
             self._count(usage)
@@ -286,17 +312,7 @@ class Memory:
         prepared: list[tuple[Episode, datetime]] = []
         seen: set[str] = set()
         for item in inputs:
-            now = self.clock.now()
-            episode = self._episode(
-                item.content,
-                item.group_id,
-                item.source,
-                item.reference_time,
-                item.source_description,
-                item.name,
-                item.episode_id,
-                now,
-            )
+            episode, now = self._new_episode(item)
             if episode.id in seen:
                 raise ValidationError(f"episode id {episode.id} appears twice in the batch")
             seen.add(episode.id)
@@ -343,23 +359,77 @@ class Memory:
     def retry(self, episode_id: str) -> EpisodeResult:
         """Extract an episode whose extraction failed, now. Raises :class:`NotFoundError` for an unknown id and
         :class:`ValidationError` for an episode that did not fail."""
-        episode = self.get(Kind.EPISODE, episode_id)
-        assert isinstance(episode, Episode)
-        if episode.status is not EpisodeStatus.FAILED:
-            raise ValidationError(f"episode {episode_id} has status {episode.status.value!r}; only failed ones retry")
-        fresh = dataclasses.replace(episode, status=EpisodeStatus.STORED, error="", embedding=None)
-        return self._run(fresh, self.clock.now(), self._wants_llm(True))
+        episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
+        return self._extract_stored(episode, self._wants_llm(True))
 
     def failed_episodes(self, group_ids: Sequence[str] | str | None = None) -> list[Episode]:
         """Episodes whose extraction failed for good and wait for :meth:`retry`, oldest first."""
+        return sorted(self._episodes_with(EpisodeStatus.FAILED, group_ids), key=lambda e: e.created_at)
+
+    # -- deferred extraction: the two halves of add_episode, which tkg.BackgroundIngestor runs apart ----------
+    def queue_episode(
+        self,
+        content: str | Mapping[str, Any] | list[Any],
+        *,
+        group_id: str | None = None,
+        source: EpisodeSource | str = EpisodeSource.MESSAGE,
+        reference_time: datetime | str | None = None,
+        source_description: str = "",
+        name: str = "",
+        episode_id: str | None = None,
+    ) -> Episode:
+        """Store an episode with status ``queued`` and return it, leaving its extraction to
+        :meth:`process_queued`. The episode is kept verbatim, searchable as an episode and saved in snapshots
+        at once. Arguments and errors are those of :meth:`add_episode`; on an error nothing is stored."""
+        item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id)
+        episode, _ = self._new_episode(item)
+        vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
+        queued = dataclasses.replace(episode, status=EpisodeStatus.QUEUED, embedding=vector)
+        with self._lock:
+            self._ingestor.check_new(queued)
+            self.store.write(WriteBatch(puts=[queued]))
+        return queued
+
+    def process_queued(self, episode_id: str) -> EpisodeResult:
+        """Extract a queued episode now, as :meth:`add_episode` would have (with the LLM when the memory has
+        one); it ends ``extracted``, ``stored`` or ``failed`` (then :class:`ExtractionFailedError` is raised, as
+        by :meth:`add_episode`). Raises :class:`NotFoundError` for an unknown (or removed) episode and
+        :class:`ValidationError` for one that is not queued."""
+        episode = self._stored(episode_id, EpisodeStatus.QUEUED, "only queued ones are processed")
+        return self._extract_stored(episode, self._wants_llm(None))
+
+    def requeue(self, episode_id: str) -> Episode:
+        """Mark a failed episode ``queued`` again, for :meth:`process_queued` to retry it later; returns it."""
+        self._wants_llm(True)
+        with self._lock:
+            episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
+            queued = dataclasses.replace(episode, status=EpisodeStatus.QUEUED, error="")
+            self.store.write(WriteBatch(puts=[queued]))
+        return queued
+
+    def queued_episodes(self, group_ids: Sequence[str] | str | None = None) -> list[Episode]:
+        """Episodes stored as ``queued`` and not yet extracted, in the order they should apply: by reference
+        time, then creation time (within a group, the order :class:`tkg.BackgroundIngestor` resumes them in)."""
+        found = self._episodes_with(EpisodeStatus.QUEUED, group_ids)
+        return sorted(found, key=lambda e: (e.reference_time, e.created_at))
+
+    def _stored(self, episode_id: str, status: EpisodeStatus, hint: str) -> Episode:
+        episode = self.get(Kind.EPISODE, episode_id)
+        assert isinstance(episode, Episode)
+        if episode.status is not status:
+            raise ValidationError(f"episode {episode_id} has status {episode.status.value!r}; {hint}")
+        return episode
+
+    def _extract_stored(self, episode: Episode, extract: bool) -> EpisodeResult:
+        """The one path that extracts an episode already stored (failed, or queued), replacing its record."""
+        fresh = dataclasses.replace(episode, status=EpisodeStatus.STORED, error="", embedding=None)
+        vectors = {episode.content: episode.embedding} if episode.embedding is not None else None
+        return self._run(fresh, self.clock.now(), extract, vectors=vectors, replace_stored=True)
+
+    def _episodes_with(self, status: EpisodeStatus, group_ids: Sequence[str] | str | None) -> list[Episode]:
         groups = None if group_ids is None else frozenset([group_ids] if isinstance(group_ids, str) else group_ids)
         with self._lock:
-            found = [
-                e
-                for e in self.store.scan(Kind.EPISODE, groups)
-                if isinstance(e, Episode) and e.status is EpisodeStatus.FAILED
-            ]
-        return sorted(found, key=lambda e: e.created_at)
+            return [e for e in self.store.scan(Kind.EPISODE, groups) if isinstance(e, Episode) and e.status is status]
 
     def add_facts(
         self,
@@ -664,7 +734,10 @@ class Memory:
     def save(self, path: str | Path) -> int:
         """Write the whole memory to one msgpack file, atomically. Returns the file size in bytes."""
         meta = {"embedder": self.embedder.name, "dim": self.embedder.dim, "saved_at": self.clock.now().isoformat()}
-        return snapshot.save(self.store, path, meta)
+        # Under the write lock: the snapshot reads each kind and the indexes separately, and a background worker
+        # writing in between would leave a file whose facts name entities it does not hold.
+        with self._lock:
+            return snapshot.save(self.store, path, meta)
 
     @classmethod
     def load(
@@ -691,12 +764,7 @@ class Memory:
                 "pass the same embedder, or check_embedder=False to mix them knowingly"
             )
         memory = cls(store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
-        loader = getattr(memory.store, "load", None)
-        decoded = list(records)
-        if loader is not None:
-            loader(decoded)
-        else:
-            memory.store.write(WriteBatch(puts=decoded))
+        snapshot.restore(memory.store, records)  # reuses saved indexes where the store can
         memory._check_ontology()
         return memory
 

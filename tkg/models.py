@@ -51,11 +51,13 @@ class Kind(StrEnum):
 class EpisodeStatus(StrEnum):
     """Where an episode stands: ``extracted`` (its entities and facts are in the graph, from the LLM or from
     structured input), ``stored`` (kept and linked to known entities without an LLM), ``failed`` (the LLM failed
-    for good; retry with :meth:`tkg.Memory.retry`)."""
+    for good; retry with :meth:`tkg.Memory.retry`), ``queued`` (kept verbatim and searchable, its extraction not
+    yet run; see :class:`tkg.BackgroundIngestor`)."""
 
     EXTRACTED = "extracted"
     STORED = "stored"
     FAILED = "failed"
+    QUEUED = "queued"
 
 
 class EpisodeSource(StrEnum):
