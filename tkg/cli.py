@@ -33,7 +33,7 @@ from tkg.errors import ConfigurationError, TkgError, ValidationError
 from tkg.llm.base import LLMClient
 from tkg.memory import FactInput, Memory
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
-from tkg.search import Scored, SearchResults
+from tkg.search import SearchResults
 from tkg.timeutil import iso, to_utc
 
 EXIT_ERROR = 2
@@ -469,53 +469,10 @@ def _episode_line(episode: Episode) -> str:
 
 
 def results_json(memory: Memory, results: SearchResults) -> dict[str, Any]:
-    """Search results as plain JSON values (timestamps in ISO-8601 UTC)."""
-    ids = {i for s in results.facts for i in (s.record.source_id, s.record.target_id)}
-    names = {e.id: e.name for e in memory.store.get(Kind.ENTITY, sorted(ids)) if isinstance(e, Entity)}
-    return {
-        "query": results.query,
-        "facts": [_fact_json(s, names) for s in results.facts],
-        "entities": [
-            {
-                "id": s.record.id,
-                "group_id": s.record.group_id,
-                "name": s.record.name,
-                "labels": list(s.record.labels),
-                "summary": s.record.summary,
-                "score": s.score,
-            }
-            for s in results.entities
-        ],
-        "episodes": [
-            {
-                "id": s.record.id,
-                "group_id": s.record.group_id,
-                "content": s.record.content,
-                "source": s.record.source.value,
-                "reference_time": iso(s.record.reference_time),
-                "source_description": s.record.source_description,
-                "score": s.score,
-            }
-            for s in results.episodes
-        ],
-    }
+    """Search results as plain JSON values (timestamps in ISO-8601 UTC); the shape the MCP and HTTP doors use."""
+    from tkg import wire
 
-
-def _fact_json(scored: Scored[Fact], names: Mapping[str, str]) -> dict[str, Any]:
-    fact = scored.record
-    return {
-        "id": fact.id,
-        "group_id": fact.group_id,
-        "fact": fact.fact,
-        "relation": fact.relation,
-        "source": names.get(fact.source_id),
-        "target": names.get(fact.target_id),
-        "valid_at": iso(fact.valid_at),
-        "invalid_at": iso(fact.invalid_at),
-        "created_at": iso(fact.created_at),
-        "expired_at": iso(fact.expired_at),
-        "score": scored.score,
-    }
+    return wire.results_json(memory, results)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -612,6 +569,63 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# pictures
+
+
+def open_for_pictures(path: Path) -> Memory:
+    """Load a snapshot for drawing. Pictures never embed anything, so a hash embedder of the stored size stands
+    in for whichever embedder made the snapshot: any snapshot opens, with no model to load."""
+    require_snapshot(path)
+    dim = snapshot.read(path)[0].get("dim")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 2:
+        raise ValidationError(f"snapshot {path} does not record a usable vector size (dim={dim!r})")
+    return Memory.load(path, embedder=HashEmbedder(dim=dim), check_embedder=False)
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """``tkg timeline``: draw an entity's fact timeline as PNG or SVG."""
+    from tkg import pictures
+
+    as_of, known_at = cli_time(args.as_of, "--as-of"), cli_time(args.known_at, "--known-at")
+    memory = open_for_pictures(Path(args.snapshot))
+    entity = pictures.find_entity(memory, args.entity, group_ids=args.group)
+    result = pictures.render_timeline(
+        memory, entity.id, Path(args.out), format=args.format, as_of=as_of, known_at=known_at, max_facts=args.max_facts
+    )
+    layout = result.layout
+    left_out = f" ({layout.omitted} older left out; raise --max-facts)" if layout.omitted else ""
+    print(
+        f"wrote {args.out} ({len(result.data):,} bytes, {result.format}): {_plural(len(layout.bars), 'fact')} "
+        f"of {entity.name} ({entity.id}){left_out}"
+    )
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """``tkg graph``: write an entity's neighbourhood as a self-contained HTML page."""
+    from tkg import pictures
+
+    as_of, known_at = cli_time(args.as_of, "--as-of"), cli_time(args.known_at, "--known-at")
+    memory = open_for_pictures(Path(args.snapshot))
+    entity = pictures.find_entity(memory, args.entity, group_ids=args.group)
+    result = pictures.render_neighbourhood(
+        memory, entity.id, Path(args.out), depth=args.depth, as_of=as_of, known_at=known_at, limit=args.limit
+    )
+    layout = result.layout
+    left_out = (
+        f"; left out {layout.omitted_nodes} entities, {layout.omitted_edges} facts"
+        if (layout.omitted_nodes or layout.omitted_edges)
+        else ""
+    )
+    print(
+        f"wrote {args.out} ({len(result.data):,} bytes): {_plural(len(layout.nodes), 'entity')}, "
+        f"{_plural(len(layout.edges), 'fact')} within {layout.depth} hop(s) of {entity.name}{left_out}; "
+        "open it in a browser (works offline)"
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------
 # demo
 
 DEMO_GROUP = "demo"
@@ -620,9 +634,24 @@ DEMO_QUESTION = "Where does Alice live and work?"
 DEMO_PAST = "2021-06-01"
 
 
+DEMO_FILES = (("demo_facts.jsonl", "facts"), ("demo_messages.jsonl", "messages"))
+
+
 def _demo_items(resource: str, kind: str) -> list[Item]:
     text = resources.files("tkg.data").joinpath(resource).read_text(encoding="utf-8")
     return parse_jsonl(resource, text, kind)
+
+
+def build_demo(memory: Memory) -> tuple[IngestReport, IngestReport]:
+    """Fill ``memory`` with the bundled demo data (group ``demo``): the structured facts, then the chat messages.
+
+    Returns the two ingestion reports. ``tkg demo``, the MCP server and the HTTP service (``--demo``) all start
+    from this memory.
+    """
+    facts, messages = (
+        ingest(memory, _demo_items(name, kind), name=name, group=DEMO_GROUP) for name, kind in DEMO_FILES
+    )
+    return facts, messages
 
 
 def _employer_facts(memory: Memory, as_of: datetime | None) -> list[Fact]:
@@ -642,11 +671,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
     if target is not None:
         check_target(target)
-    facts, messages = _demo_items("demo_facts.jsonl", "facts"), _demo_items("demo_messages.jsonl", "messages")
     llm = None if args.no_llm else llm_from_env()
     memory = Memory(embedder=make_embedder(args.embedder), llm=llm)
     print(f"tkg demo: a temporal knowledge graph (embedder {memory.embedder.name}, LLM {_describe_llm(llm)})")
-    _demo_ingest(memory, facts, messages, llm)
+    _demo_ingest(memory, llm)
     _demo_search(memory)
     _demo_context(memory)
     _demo_as_of(memory)
@@ -657,11 +685,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_ingest(memory: Memory, facts: list[Item], messages: list[Item], llm: LLMClient | None) -> None:
+def _demo_ingest(memory: Memory, llm: LLMClient | None) -> None:
     print("\n[1] ingest")
-    fact_report = ingest(memory, facts, name="demo_facts.jsonl", group=DEMO_GROUP)
+    fact_report, message_report = build_demo(memory)
     print(f"  {fact_report.facts} structured facts (demo_facts.jsonl) through add_facts, no LLM involved")
-    message_report = ingest(memory, messages, name="demo_messages.jsonl", group=DEMO_GROUP)
     if llm is None:
         print(
             f"  {message_report.messages} chat messages (demo_messages.jsonl) stored as episodes, speakers as entities"
@@ -741,6 +768,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats_p = _command(commands, "stats", cmd_stats, "what a snapshot holds", [common])
     stats_p.add_argument("--snapshot", required=True, help="snapshot file to read")
+
+    pictures_common = argparse.ArgumentParser(add_help=False)
+    pictures_common.add_argument("entity", metavar="ENTITY", help="entity id, or its exact name or alias")
+    pictures_common.add_argument("--snapshot", required=True, help="snapshot file to read (any embedder's)")
+    pictures_common.add_argument("--group", action="append", help="look for ENTITY only in this group (repeatable)")
+    pictures_common.add_argument("--known-at", help="the memory as it stood at this time (ISO-8601; no offset: UTC)")
+    timeline_p = _command(
+        commands, "timeline", cmd_timeline, "draw an entity's fact timeline (PNG or SVG)", [pictures_common]
+    )
+    timeline_p.add_argument("--out", required=True, help="image to write: FILE.png or FILE.svg")
+    timeline_p.add_argument("--format", choices=("png", "svg"), help="image format (default: from --out's suffix)")
+    timeline_p.add_argument("--as-of", help="mark this moment and fade facts that did not hold then (ISO-8601)")
+    timeline_p.add_argument("--max-facts", type=int, default=200, help="draw at most this many, newest (default 200)")
+    graph_p = _command(
+        commands, "graph", cmd_graph, "write an entity's neighbourhood as an offline HTML page", [pictures_common]
+    )
+    graph_p.add_argument("--out", required=True, help="HTML file to write")
+    graph_p.add_argument("--depth", type=int, default=1, help="hops from the entity, 1 to 3 (default 1)")
+    graph_p.add_argument("--as-of", help="only facts that held at this time (ISO-8601); default: all, ended dashed")
+    graph_p.add_argument("--limit", type=int, default=100, help="entities drawn at most, nearest first (default 100)")
 
     demo_p = _command(commands, "demo", cmd_demo, "build a small example memory and query it (offline)", [common])
     demo_p.add_argument("--snapshot", help="also save the demo memory here (a new file)")
