@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
+import render
 
 from tkg.backends.memory import InMemoryStore
 from tkg.clock import FixedClock
@@ -258,6 +259,38 @@ def print_report(info: dict[str, Any], results: list[dict[str, Any]], args: argp
         print(f"{label:<{width}}" + "".join(f"{c:>14}" for c in cells))
 
 
+def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The suite's ``tables`` / ``plots`` / ``targets`` (benchmarks/README.md) from the per-size results."""
+    rows = []
+    for label, path, fmt in ROWS:
+        # composite cells ("sweeps / converged") are short strings; the rest stay numbers
+        cells = [fmt.format(_value(r, path)) if path.startswith("_") else _value(r, path) for r in results]
+        rows.append([label.strip(), *cells])
+    sizes = [r["entities"] for r in results]
+    table = {
+        "title": f"Communities: planted blocks of {args.block}, {args.facts_per_entity:g} facts per entity, "
+        f"{args.intra:.0%} inside a block, {args.additions:,} incremental additions (no LLM)",
+        "columns": ["metric", *(f"{n:,} entities" for n in sizes)],
+        "rows": rows,
+        "notes": ["NMI: normalised mutual information (1 = identical partitions); drift = 1 - NMI against a full run."],
+    }
+    plot = {
+        "file": "time_vs_entities.png",
+        "title": "Community tier: detection and refresh time",
+        "x_label": "entities",
+        "y_label": "seconds",
+        "log_x": True,
+        "log_y": True,
+        "x": sizes,
+        "series": {
+            "label propagation": [r["label_propagation_s"] for r in results],
+            "full refresh (no LLM)": [r["refresh_s"] for r in results],
+            "extend p95 (per entity)": [r["extend"]["p95_ms"] / 1000 for r in results],
+        },
+    }
+    return {"tables": [table], "plots": [plot], "targets": []}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000", help="entity counts, comma-separated")
@@ -277,6 +310,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     info = core.machine()  # the machine description every benchmark here records
     results = []
     for n in args.size_list:
@@ -284,7 +319,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(bench_size(n, args))
     print_report(info, results, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": info, "args": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}
+    payload = {
+        "bench": "communities",
+        "command": render.command_line(),
+        "machine": info,
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+        **contract(results, args),
+        "results": results,
+    }
     args.out.write_text(json.dumps(payload, indent=2, default=str))
     print(f"\nwrote {args.out}")
     return 0

@@ -62,6 +62,9 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import render  # noqa: E402  (benchmarks/render.py: the suite's JSON contract)
+
 import tkg  # noqa: E402
 from tkg.backends.memory import InMemoryStore  # noqa: E402
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Mention, Record  # noqa: E402
@@ -841,6 +844,85 @@ def print_report(info: dict[str, Any], results: list[dict[str, Any]], args: argp
             print(text)
 
 
+def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The suite's ``tables`` / ``plots`` / ``targets`` (benchmarks/README.md) from the per-size results."""
+
+    def pick(path: str) -> list[Any]:
+        out = []
+        for r in results:
+            value: Any = r
+            for key in path.split("."):
+                value = value[key]
+            out.append(value / 2**20 if path == "snapshot.bytes" else value)
+        return out
+
+    rows: list[tuple[str, str]] = [
+        ("build: plan text s", "build.plan_s"),
+        ("build: embed texts s", "build.embed_s"),
+        ("build: construct records s", "build.records_s"),
+        ("build: InMemoryStore.load (index build) s", "build.store_load_s"),
+        ("build: total s", "build.total_s"),
+        ("add_episode engine p50 ms", "add_episode.engine_ms.p50"),
+        ("add_episode engine p95 ms", "add_episode.engine_ms.p95"),
+        ("add_episode engine mean ms", "add_episode.engine_ms.mean"),
+        ("add_episode engine max ms", "add_episode.engine_ms.max"),
+        ("add_episode wall p50 ms", "add_episode.wall_ms.p50"),
+        ("embedder p50 ms", "add_episode.embed_ms.p50"),
+        ("LLM calls per episode", "add_episode.llm_calls_per_episode"),
+        ("prompt chars per episode", "add_episode.prompt_chars_per_episode"),
+        ("search total p50 ms", "search.total_ms.p50"),
+        ("search total p95 ms", "search.total_ms.p95"),
+        ("search total max ms", "search.total_ms.max"),
+        ("search excl. query embedding p50 ms", "search.excluding_embed_ms.p50"),
+        ("search excl. query embedding p95 ms", "search.excluding_embed_ms.p95"),
+        ("snapshot save s", "snapshot.save_s"),
+        ("snapshot size MiB", "snapshot.bytes"),
+        ("snapshot load (decode + index build) s", "snapshot.load_s"),
+        ("peak RSS so far MiB", "rss_mb.peak"),
+        ("current RSS at end of size MiB", "rss_mb.current"),
+    ]
+    sizes = [r["facts"] for r in results]
+    table = {
+        "title": f"Core: in-memory backend, HashEmbedder({DIM}), scripted LLM; {args.episodes} episodes, "
+        f"{args.queries} queries per size",
+        "columns": ["metric", *(f"{n:,} facts" for n in sizes)],
+        "rows": [[label, *pick(path)] for label, path in rows],
+        "notes": [
+            "engine = add_episode wall time minus time inside the scripted LLM and the embedder.",
+            "search = Memory.search(limit=10), hybrid cosine + BM25 with RRF over facts, entities, episodes.",
+            "peak RSS is the process's peak so far (sizes run smallest first).",
+        ],
+    }
+    plots = [
+        {
+            "file": "latency_vs_size.png",
+            "title": "tkg core: latency against graph size",
+            "x_label": "facts",
+            "y_label": "milliseconds",
+            "log_x": True,
+            "log_y": False,
+            "x": sizes,
+            "series": {
+                "add_episode engine p50": pick("add_episode.engine_ms.p50"),
+                "add_episode engine p95": pick("add_episode.engine_ms.p95"),
+                "search p50": pick("search.total_ms.p50"),
+                "search p95": pick("search.total_ms.p95"),
+            },
+        }
+    ]
+    targets = []
+    for r in results:
+        n = f"{r['facts']:,}"
+        targets.append(
+            render.target(
+                f"add_episode engine p50 < 5 ms at {n} facts", r["add_episode"]["engine_ms"]["p50"], TARGET_MS, "ms"
+            )
+        )
+        search_p95 = r["search"]["total_ms"]["p95"]
+        targets.append(render.target(f"search p95 < 5 ms at {n} facts", search_p95, TARGET_MS, "ms"))
+    return {"tables": [table], "plots": plots, "targets": targets}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -881,7 +963,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     info = machine()
-    print(f"tkg {info['tkg']} core benchmark -- {datetime.now(UTC).isoformat(timespec='seconds')}")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    print(f"tkg {info['tkg']} core benchmark -- {started_at}")
     print(
         f"machine: {info['cpu_count']} CPUs ({info['cpus_usable']} usable), {info['processor']}, "
         f"{info['implementation']} {info['python']}, {info['platform']}"
@@ -914,6 +997,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
+        "bench": "core",
+        "command": render.command_line(),
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+        **contract(results, args),
         "benchmark": "core",
         "machine": info,
         "args": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},

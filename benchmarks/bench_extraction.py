@@ -23,10 +23,16 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_core
+import render
 
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.llm.base import LLMClient, Prompt, T
@@ -148,11 +154,95 @@ def run(messages: list[tuple[str, datetime]], reflection: bool) -> dict[str, Any
     }
 
 
-def main() -> None:
+#: Targets of issue 7 for the LLM side of ingestion (reflection off, the default).
+MAX_CALLS_PER_EPISODE = 2.0
+MAX_PROMPT_CHARS_PER_EPISODE = 15_000.0
+
+
+def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's ``tables`` / ``plots`` / ``targets`` (benchmarks/README.md) from the result rows."""
+    table = {
+        "title": "LLM cost and engine time per episode (RulesLLM, zero latency)",
+        "columns": [
+            "conversation",
+            "reflection",
+            "episodes",
+            "calls/episode",
+            "max calls",
+            "episodes with 2+ calls",
+            "community calls",
+            "prompt chars/episode",
+            "max prompt chars",
+            "prompt tokens/episode",
+            "completion tokens/episode",
+            "engine p50 ms",
+            "engine p95 ms",
+            "facts",
+            "invalidated",
+        ],
+        "rows": [
+            [
+                r["conversation"],
+                "on" if r["reflection"] else "off",
+                r["episodes"],
+                r["episode_calls_per_episode"],
+                r["max_llm_calls_in_one_episode"],
+                r["episodes_with_2_or_more_calls"],
+                r["community_calls"],
+                r["prompt_chars_per_episode"],
+                r["max_prompt_chars_in_one_episode"],
+                r["prompt_tokens_per_episode"],
+                r["completion_tokens_per_episode"],
+                r["engine_ms_p50"],
+                r["engine_ms_p95"],
+                r["facts"],
+                r["invalidated_facts"],
+            ]
+            for r in rows
+        ],
+        "notes": [
+            "calls/episode: extraction + resolution (+ reflection) calls of the episodes themselves; community "
+            "calls: summary calls of the refresh policy during the run (prompt chars and tokens include them).",
+            "Tokens are estimated as characters / 4 (the double reports none). Graphiti on LoCoMo conv-26 with the "
+            "same kind of fakes: 5.5 calls and 38.8k prompt characters per episode "
+            "(shared/research/graphiti_bench.md).",
+        ],
+    }
+    targets = []
+    for r in rows:
+        if r["reflection"]:
+            continue
+        name = r["conversation"]
+        targets.append(
+            render.target(
+                f"{name}: at most 2 LLM calls per episode (mean, reflection off)",
+                r["episode_calls_per_episode"],
+                MAX_CALLS_PER_EPISODE,
+                "calls",
+                strict=False,
+            )
+        )
+        targets.append(
+            render.target(
+                f"{name}: at most 15k prompt characters per episode (mean, reflection off)",
+                r["prompt_chars_per_episode"],
+                MAX_PROMPT_CHARS_PER_EPISODE,
+                "chars",
+                strict=False,
+            )
+        )
+    return {"tables": [table], "plots": [], "targets": targets}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200 scripted messages and 200 LoCoMo turns")
     parser.add_argument("--messages", type=int, default=400, help="scripted conversation length (>= 200)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "extraction.json", help="where the JSON goes")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    info = bench_core.machine()
     n = 200 if args.quick else max(200, args.messages)
     conversations = {"scripted": scripted_conversation(n)}
     if LOCOMO.exists():
@@ -185,9 +275,19 @@ def main() -> None:
         "(tokens estimated as characters / 4: the double reports none; Graphiti, graphiti_bench.md: 5.5 calls and "
         "38.8k prompt characters per episode on LoCoMo conv-26)"
     )
-    out = ROOT / "out"
-    out.mkdir(exist_ok=True)
-    (out / "extraction.json").write_text(json.dumps(rows, indent=2, default=str))
+    payload = {
+        "bench": "extraction",
+        "command": render.command_line(),
+        "machine": info,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+        **contract(rows),
+        "results": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2, default=str))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

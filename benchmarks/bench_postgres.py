@@ -1,10 +1,15 @@
 #!/usr/bin/env python
-"""PostgreSQL backend versus the in-memory backend, in one run: add_episode and hybrid search, p50/p95.
+"""PostgreSQL backend versus the in-memory backend, in one run: build, add_episode, hybrid search, memory.
 
 For each graph size N (facts) the base graph of ``bench_core.py`` (same records, same seed) is bulk-loaded into
 an ``InMemoryStore`` and into a ``PostgresStore`` (a fresh schema), and the same episodes and queries are run on
 each through ``Memory``: ``add_episode`` engine time (wall minus scripted-LLM and embedder time) and
 ``Memory.search(limit=10)`` total time (hybrid: cosine + full text fused by RRF over facts, entities, episodes).
+
+Each (size, backend) runs in a fresh process, so the resident memory reported is that backend's alone: the
+client process's RSS at the end, once the records are dropped, minus its RSS after its imports (what the store
+keeps in the process, as ``bench_scale.py`` counts it), and its peak (which includes building the records). For
+PostgreSQL the data lives in the server; its on-disk size (tables and indexes of the schema) is reported beside.
 
 The PostgreSQL server is an embedded one (``EmbeddedPostgres``, unix socket, no fsync; data in a temporary
 directory) unless ``--dsn`` names your own.
@@ -13,7 +18,7 @@ directory) unless ``--dsn`` names your own.
     python benchmarks/bench_postgres.py --quick            # smoke: 2000 facts, 20 episodes, 20 queries
     python benchmarks/bench_postgres.py --dsn postgresql://me@localhost/tkgbench
 
-Results are printed as a table and written to ``benchmarks/out/postgres.json``.
+Results are printed as a table and written to ``benchmarks/out/postgres.json`` (the suite's JSON contract).
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import multiprocessing
 import random
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,19 +41,25 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
+import render
 
 import tkg
 from tkg.backends.memory import InMemoryStore
 from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
 from tkg.storage import Store
 
+BACKENDS = ("memory", "postgres")
+
 
 def run_backend(
     name: str, store: Store, records: list[Any], texts: Sequence[str], queries: Sequence[str], warmup: int
 ) -> dict[str, Any]:
+    """Load ``records`` into ``store`` (the caller's list is emptied, so the process keeps only what the store
+    holds), then time add_episode and search through a ``Memory`` on it."""
     t = time.perf_counter()
     store.load(records)  # type: ignore[attr-defined]
     load_s = time.perf_counter() - t
+    records.clear()
     embedder = core.TimedEmbedder(tkg.HashEmbedder(dim=core.DIM))
     handler = core.TimedHandler(core.extraction_handler)
     clock = tkg.FixedClock(core.CLOCK_START, tick=timedelta(seconds=1))
@@ -55,42 +68,144 @@ def run_backend(
     gc.collect()
     core.run_add_episodes(bench, texts[:warmup])
     added = core.run_add_episodes(bench, texts[warmup:])
+    llm = memory.llm
+    if isinstance(llm, tkg.ScriptedLLM):
+        llm.calls.clear()  # the double keeps every prompt; they are not the store's memory
     gc.collect()
     core.run_searches(bench, queries[:warmup])
     searched = core.run_searches(bench, queries[warmup:])
-    print(f"    {name}: load {load_s:.1f} s", flush=True)
-    return {"load_s": load_s, "add_episode": added, "search": searched, "records": memory.stats()["records"]}
+    gc.collect()
+    peak, current = core.rss_mb()
+    return {
+        "load_s": load_s,
+        "add_episode": added,
+        "search": searched,
+        "records": memory.stats()["records"],
+        "rss_mb": {"peak": peak, "current": current},
+    }
+
+
+def measure(
+    backend: str, n_facts: int, episodes: int, queries: int, warmup: int, dsn: str | None, drop: bool = True
+) -> dict[str, Any]:
+    """One backend at one size, in the calling process (run it in a fresh one: RSS is per process)."""
+    gc.collect()
+    _, rss_base = core.rss_mb()  # this fresh process after its imports: subtracted, as bench_scale.py does
+    rng = random.Random(core.SEED)
+    np.random.seed(core.SEED)
+    t = time.perf_counter()
+    records, vocab, _ = core.build_records(n_facts, rng, tkg.HashEmbedder(dim=core.DIM))
+    build_s = time.perf_counter() - t
+    texts = core.episode_texts(rng, vocab, warmup + episodes)
+    query_texts = core.query_texts(rng, vocab, warmup + queries)
+    if backend == "memory":
+        out = run_backend(backend, InMemoryStore(dim=core.DIM), records, texts, query_texts, warmup)
+        out["database_mb"] = None
+    else:
+        assert dsn is not None
+        schema = f"bench_{n_facts}_{int(time.time())}"
+        with PostgresStore(dsn, dim=core.DIM, schema=schema) as store:
+            out = run_backend(backend, store, records, texts, query_texts, warmup)
+            with store._connection().cursor() as cur:
+                cur.execute(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = %s AND c.relkind IN ('r', 'm')",
+                    (schema,),
+                )
+                row = cur.fetchone()
+                out["database_mb"] = float(row[0]) / 2**20 if row else None
+                if drop:
+                    cur.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    out["build_records_s"] = build_s
+    out["rss_mb"]["after_imports"] = rss_base
+    out["rss_mb"]["store"] = out["rss_mb"]["current"] - rss_base
+    return out
 
 
 def bench_size(n_facts: int, args: argparse.Namespace, dsn: str) -> dict[str, Any]:
-    rng = random.Random(core.SEED)
-    np.random.seed(core.SEED)
-    records, vocab, _ = core.build_records(n_facts, rng, tkg.HashEmbedder(dim=core.DIM))
-    texts = core.episode_texts(rng, vocab, args.warmup + args.episodes)
-    queries = core.query_texts(rng, vocab, args.warmup + args.queries)
     result: dict[str, Any] = {"facts": n_facts}
-    result["memory"] = run_backend("memory", InMemoryStore(dim=core.DIM), records, texts, queries, args.warmup)
-    gc.collect()
-    schema = f"bench_{n_facts}_{int(time.time())}"
-    with PostgresStore(dsn, dim=core.DIM, schema=schema) as store:
-        result["postgres"] = run_backend("postgres", store, records, texts, queries, args.warmup)
-        if args.drop:
-            with store._connection().cursor() as cur:
-                cur.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    context = multiprocessing.get_context("spawn")
+    for backend in BACKENDS:
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            future = pool.submit(measure, backend, n_facts, args.episodes, args.queries, args.warmup, dsn, args.drop)
+            result[backend] = future.result()
+        b = result[backend]
+        print(f"    {backend}: load {b['load_s']:.1f} s, client RSS {b['rss_mb']['store']:,.0f} MB", flush=True)
     return result
+
+
+def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The suite's ``tables`` / ``plots`` / ``targets`` (benchmarks/README.md) from the per-size results.
+
+    The table has ``bench_scale.py``'s layout and row names where they apply (one column per size, here per size
+    and backend), so its in-memory rows and these read together."""
+    runs = [(r["facts"], backend, r[backend]) for r in results for backend in BACKENDS]
+
+    def kb_per_fact(mb: float | None, facts: int) -> float | None:
+        return None if mb is None else mb * 2**20 / facts / 1000
+
+    rows: list[list[Any]] = [
+        ["build s (records + store.load)", *(b["build_records_s"] + b["load_s"] for _, _, b in runs)],
+        ["  of which store.load s", *(b["load_s"] for _, _, b in runs)],
+        ["add_episode engine ms p50", *(b["add_episode"]["engine_ms"]["p50"] for _, _, b in runs)],
+        ["add_episode engine ms p95", *(b["add_episode"]["engine_ms"]["p95"] for _, _, b in runs)],
+        ["search ms p50", *(b["search"]["total_ms"]["p50"] for _, _, b in runs)],
+        ["search ms p95", *(b["search"]["total_ms"]["p95"] for _, _, b in runs)],
+        ["client RSS MB at end (minus imports)", *(b["rss_mb"]["store"] for _, _, b in runs)],
+        ["client peak RSS MB", *(b["rss_mb"]["peak"] for _, _, b in runs)],
+        ["client KB per fact", *(kb_per_fact(b["rss_mb"]["store"], n) for n, _, b in runs)],
+        ["database MB (server, tables + indexes)", *(b["database_mb"] for _, _, b in runs)],
+        ["database KB per fact", *(kb_per_fact(b["database_mb"], n) for n, _, b in runs)],
+    ]
+    table = {
+        "title": f"PostgreSQL beside in-memory: {args.episodes} episodes, {args.queries} queries per size",
+        "columns": ["metric", *(f"{n:,} facts {backend}" for n, backend, _ in runs)],
+        "rows": rows,
+        "notes": [
+            "add = add_episode engine time (wall minus scripted LLM and embedder); search = Memory.search(limit=10) "
+            "total, hybrid cosine + full text with RRF over facts, entities, episodes, including query embedding.",
+            "build = making the base graph's records and vectors (the same work for both) + Store.load with index "
+            "builds. Each backend and size runs in its own process: client RSS at end = resident set once the "
+            "records are dropped minus the same process's RSS after its imports (what the store keeps in the "
+            "client); peak includes building the records. database = the schema's tables and indexes on disk.",
+            "Server: " + ("your --dsn" if args.dsn else "EmbeddedPostgres, default settings (shared_buffers 128 MB)"),
+        ],
+    }
+    sizes = [r["facts"] for r in results]
+    plots = [
+        {
+            "file": f"{op}_vs_size.png",
+            "title": f"PostgreSQL and in-memory: {title} against graph size",
+            "x_label": "facts",
+            "y_label": "milliseconds",
+            "log_x": True,
+            "log_y": True,
+            "x": sizes,
+            "series": {
+                f"{backend} {q}": [r[backend][key][unit][q] for r in results]
+                for backend in BACKENDS
+                for q in ("p50", "p95")
+            },
+        }
+        for op, title, key, unit in (
+            ("search", "Memory.search", "search", "total_ms"),
+            ("add", "add_episode engine time", "add_episode", "engine_ms"),
+        )
+    ]
+    return {"tables": [table], "plots": plots, "targets": []}
 
 
 def print_report(results: list[dict[str, Any]]) -> None:
     print()
-    head = ("N facts", "backend", "load s", "add p50", "add p95", "search p50", "search p95")
-    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (9, 9, 8, 9, 9, 11, 11), strict=True)))
+    head = ("N facts", "backend", "load s", "add p50", "add p95", "search p50", "search p95", "client RSS MB")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (9, 9, 8, 9, 9, 11, 11, 12), strict=True)))
     for r in results:
-        for backend in ("memory", "postgres"):
+        for backend in BACKENDS:
             b = r[backend]
             add, search = b["add_episode"]["engine_ms"], b["search"]["total_ms"]
             print(
                 f"{r['facts']:>9,} {backend:>9} {b['load_s']:>8.1f} {add['p50']:>9.2f} {add['p95']:>9.2f} "
-                f"{search['p50']:>11.2f} {search['p95']:>11.2f}"
+                f"{search['p50']:>11.2f} {search['p95']:>11.2f} {b['rss_mb']['store']:>12,.0f}"
             )
     print("(milliseconds; add = add_episode engine time, search = Memory.search total incl. query embedding)")
 
@@ -108,14 +223,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.episodes, args.queries = "2000", 20, 20
-    args.sizes = sorted({int(s) for s in str(args.sizes).split(",") if s.strip()})
+    try:
+        args.sizes = sorted({int(s.replace("_", "")) for s in str(args.sizes).split(",") if s.strip()})
+    except ValueError:
+        parser.error("--sizes takes comma-separated integers, e.g. 10000,100000")
+    if not args.sizes or min(args.sizes) < 10 or args.episodes < 1 or args.queries < 1 or args.warmup < 0:
+        parser.error("--sizes need at least 10 facts, --episodes and --queries at least 1, --warmup >= 0")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     info = core.machine()
-    print(f"tkg {info['tkg']} PostgreSQL benchmark -- {datetime.now(UTC).isoformat(timespec='seconds')}")
+    print(f"tkg {info['tkg']} PostgreSQL benchmark -- {started_at}")
     print(f"machine: {info['cpu_count']} CPUs, {info['processor']}, Python {info['python']}, {info['platform']}")
     print(f"CPU busy with other processes at start: {info['others_cpu_busy_at_start']}; load {info['load_average']}")
     server = None if args.dsn else EmbeddedPostgres()
@@ -133,7 +255,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": "postgres", "machine": info, "args": vars(args), "results": results}
+    payload = {
+        "bench": "postgres",
+        "command": render.command_line(),
+        "machine": info,
+        "args": vars(args),
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+        **contract(results, args),
+        "benchmark": "postgres",
+        "results": results,
+    }
     out.write_text(json.dumps(payload, indent=2, default=str))
     print(f"wrote {out}")
     return 0

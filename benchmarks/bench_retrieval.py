@@ -672,6 +672,57 @@ def latency(n_facts: int, n_queries: int) -> dict[str, Any]:
     return out
 
 
+def contract(results: list[tuple[Dataset, Collected]], lat: dict[str, Any] | None) -> dict[str, Any]:
+    """The suite's ``tables`` / ``plots`` / ``targets`` (benchmarks/README.md)."""
+    import render  # benchmarks/ is on the path: this runs as a script from there
+
+    quality = {
+        "title": "Retrieval quality, dev splits (overall)",
+        "columns": ["dataset (n)", "system", *(f"{lv} {_SHORT[m]}" for lv, m in HEADLINE)],
+        "rows": [],
+        "notes": [
+            "R_all@k: share of questions with every relevant item in the top k; NDCG@10 over the relevant items. "
+            "Protocol: shared/research/retrieval_baselines.md."
+        ],
+    }
+    timing = {
+        "title": "Query latency per system (ms, query embedding excluded)",
+        "columns": ["dataset", "system", "queries", "mean", "p50", "p95"],
+        "rows": [],
+        "notes": [],
+    }
+    for ds, col in results:
+        for system in [s for s in SYSTEM_ORDER if (s, "turn", "overall") in col.rows]:
+            quality["rows"].append(
+                [f"{ds.name} ({len(ds.questions)})", system]
+                + [mean_of(col.rows[(system, lv, "overall")], m) for lv, m in HEADLINE]
+            )
+            ms = [x * 1000 for x in col.seconds.get(system, [])]
+            if ms:
+                timing["rows"].append([ds.name, system, len(ms), statistics.fmean(ms), _pct(ms, 50), _pct(ms, 95)])
+    tables = [quality, timing]
+    targets = []
+    if lat is not None:
+        tables.append(
+            {
+                "title": f"Memory.search latency over {lat['facts']:,} facts in memory (ms, query vectors precomputed)",
+                "columns": ["preset", "p50", "p95", "mean"],
+                "rows": [
+                    [name, lat[name]["p50_ms"], lat[name]["p95_ms"], lat[name]["mean_ms"]] for name in PRESETS_TIMED
+                ],
+                "notes": [f"graph build and index load: {lat['build_s']:.1f} s"],
+            }
+        )
+        for name in PRESETS_TIMED:
+            targets.append(
+                render.target(f"{name} search p95 < 5 ms at {lat['facts']:,} facts", lat[name]["p95_ms"], 5.0, "ms")
+            )
+    return {"tables": tables, "plots": [], "targets": targets}
+
+
+PRESETS_TIMED = ("hybrid", "hybrid_bfs")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="1 LoCoMo conversation and 6 LongMemEval questions")
@@ -703,6 +754,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    import bench_core  # the machine description every benchmark records
+    import render
+
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    command = render.command_line()
+    machine = bench_core.machine()
     root = data_dir(args.data)
     cache = EmbeddingCache(Path(args.cache), minilm_factory(args.threads), "all-MiniLM-L6-v2-int8/256")
     results: list[tuple[Dataset, Collected]] = []
@@ -727,7 +784,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for ds, col in results:
         print(detail_tables(ds, col))
         print()
-    report: dict[str, Any] = {"args": vars(args), "wall_s": time.perf_counter() - wall}
+    report: dict[str, Any] = {
+        "bench": "retrieval",
+        "command": command,
+        "machine": machine,
+        "started": started_at,
+        "args": vars(args),
+        "wall_s": time.perf_counter() - wall,
+    }
     for ds, col in results:
         report[ds.name] = {
             f"{s}|{lv}|{g}": {m: mean_of(rows, m) for m in METRIC_ORDER} | {"n": len(rows)}
@@ -744,6 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             verdict = "PASS" if r["p95_ms"] < 5 else "MISS"
             print(f"| {name} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['mean_ms']:.2f} | {verdict} |")
         print(f"\n(graph build and index load: {lat['build_s']:.1f} s)")
+    report.update(contract(results, report.get("latency")))
+    report["seconds"] = time.perf_counter() - wall
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     print(f"\nwall time {time.perf_counter() - wall:.0f} s; written {args.out}", file=sys.stderr)

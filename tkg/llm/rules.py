@@ -12,6 +12,9 @@ Extraction (``extract_graph``, ``reflect``), per sentence of the episode (after 
 
 Community summaries: the first three member lines name the community, and the lines themselves are the summary.
 
+The rules themselves are pure functions (:func:`extract`, :func:`match_entity`, :func:`judge_fact`) so that another
+engine's test double can answer its own prompts by the very same rules (``benchmarks/graphiti_side.py`` does).
+
 Resolution (``resolve``): a new name is the candidate whose name or alias starts or ends with it as whole words
 (only when exactly one does); a new fact duplicates a candidate with the same sentence (ignoring case and final
 punctuation), and contradicts candidates with the same subject (by that same name rule) and relation but another
@@ -29,7 +32,7 @@ object, when the relation is in ``exclusive``. Reflection finds nothing more.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -74,6 +77,91 @@ def _norm(text: str) -> str:
     return " ".join(text.casefold().split()).rstrip(".!?")
 
 
+def extract(content: str, speaker: str | None, *, talked_about: bool = True) -> GraphExtraction:
+    """The extraction rule (see the module docstring) applied to one episode's ``content``."""
+    text = content.split(":", 1)[1] if speaker and ":" in content else content
+    entities: dict[str, ExtractedEntity] = {}
+    facts: list[ExtractedFact] = []
+    if speaker:
+        entities[speaker.casefold()] = ExtractedEntity(name=speaker, label="Person")
+    for sentence in _sentences(text):
+        match = _STATEMENT.match(sentence)
+        if match:
+            source = _who(match.group("s"), speaker)
+            target = _who(match.group("o"), speaker)
+            for name in (source, target):
+                entities.setdefault(name.casefold(), ExtractedEntity(name=name))
+            rel = match.group("rel")
+            facts.append(
+                ExtractedFact(
+                    source=source,
+                    target=target,
+                    relation=rel,
+                    fact=f"{source} {rel.replace('_', ' ').lower()} {target}",
+                    valid_from=match.group("since") or ("now" if not match.group("until") else None),
+                    valid_until=match.group("until"),
+                )
+            )
+            continue
+        for found in _NAME.finditer(sentence):
+            words = found.group(0).split()
+            while words and words[0] in _COMMON:
+                words = words[1:]
+            if not words:
+                continue
+            name = " ".join(words)
+            if speaker and name.casefold() == speaker.casefold():
+                continue
+            if name.casefold() not in entities:
+                entities[name.casefold()] = ExtractedEntity(
+                    name=name, summary=f"{speaker or 'Someone'} mentioned {name}."
+                )
+                if speaker and talked_about:
+                    facts.append(
+                        ExtractedFact(
+                            source=speaker,
+                            target=name,
+                            relation="TALKED_ABOUT",
+                            fact=f"{speaker} talked about {name}",
+                            valid_from="now",
+                        )
+                    )
+    return GraphExtraction(entities=list(entities.values()), facts=facts)
+
+
+def _who(text: str, speaker: str | None) -> str:
+    text = text.strip()
+    return speaker if speaker and text.casefold() in _SELF else text
+
+
+def match_entity(name: str, candidates: Sequence[Sequence[str]]) -> int | None:
+    """The entity-identity rule: the index of the only candidate (given as its name and aliases) one of whose
+    forms starts or ends with ``name`` as whole words, or is it; None when no candidate or several do."""
+    wanted = _norm(name)
+    hits = [i for i, forms in enumerate(candidates) if any(_affix(wanted, _norm(form)) for form in forms)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def judge_fact(
+    new: Mapping[str, str], candidates: Sequence[Mapping[str, str]], exclusive: Iterable[str] = EXCLUSIVE
+) -> tuple[int | None, list[int]]:
+    """The duplicate and contradiction rule for one new fact against existing ones, each a mapping with
+    ``fact``, ``relation``, ``source`` and ``target`` (names). Returns (index of the first candidate with the same
+    sentence or None, indexes of the candidates it contradicts: same subject and relation, another object, for a
+    relation in ``exclusive``)."""
+    exclusive = exclusive if isinstance(exclusive, frozenset) else frozenset(exclusive)
+    duplicate = next((i for i, c in enumerate(candidates) if _norm(c["fact"]) == _norm(new["fact"])), None)
+    contradicts = [
+        i
+        for i, c in enumerate(candidates)
+        if new["relation"] in exclusive
+        and c["relation"] == new["relation"]
+        and _affix(_norm(new["source"]), _norm(c["source"]))
+        and not _affix(_norm(new["target"]), _norm(c["target"]))
+    ]
+    return duplicate, contradicts
+
+
 class RulesLLM:
     """See the module docstring. ``calls`` keeps every prompt received."""
 
@@ -101,89 +189,28 @@ class RulesLLM:
             raise LLMError(f"RulesLLM has no rule for {response_model.__name__}")
         return response_model.model_validate(answer.model_dump())
 
-    # -- extraction -----------------------------------------------------------------------------------------
     def _extract(self, inputs: dict[str, Any] | Any) -> GraphExtraction:
-        content = str(inputs.get("content", ""))
-        speaker = inputs.get("speaker")
-        text = content.split(":", 1)[1] if speaker and ":" in content else content
-        entities: dict[str, ExtractedEntity] = {}
-        facts: list[ExtractedFact] = []
-        if speaker:
-            entities[speaker.casefold()] = ExtractedEntity(name=speaker, label="Person")
-        for sentence in _sentences(text):
-            match = _STATEMENT.match(sentence)
-            if match:
-                source = self._who(match.group("s"), speaker)
-                target = self._who(match.group("o"), speaker)
-                for name in (source, target):
-                    entities.setdefault(name.casefold(), ExtractedEntity(name=name))
-                rel = match.group("rel")
-                facts.append(
-                    ExtractedFact(
-                        source=source,
-                        target=target,
-                        relation=rel,
-                        fact=f"{source} {rel.replace('_', ' ').lower()} {target}",
-                        valid_from=match.group("since") or ("now" if not match.group("until") else None),
-                        valid_until=match.group("until"),
-                    )
-                )
-                continue
-            for found in _NAME.finditer(sentence):
-                words = found.group(0).split()
-                while words and words[0] in _COMMON:
-                    words = words[1:]
-                if not words:
-                    continue
-                name = " ".join(words)
-                if speaker and name.casefold() == speaker.casefold():
-                    continue
-                if name.casefold() not in entities:
-                    entities[name.casefold()] = ExtractedEntity(
-                        name=name, summary=f"{speaker or 'Someone'} mentioned {name}."
-                    )
-                    if speaker and self.talked_about:
-                        facts.append(
-                            ExtractedFact(
-                                source=speaker,
-                                target=name,
-                                relation="TALKED_ABOUT",
-                                fact=f"{speaker} talked about {name}",
-                                valid_from="now",
-                            )
-                        )
-        return GraphExtraction(entities=list(entities.values()), facts=facts)
+        return extract(str(inputs.get("content", "")), inputs.get("speaker"), talked_about=self.talked_about)
 
-    @staticmethod
-    def _who(text: str, speaker: str | None) -> str:
-        text = text.strip()
-        return speaker if speaker and text.casefold() in _SELF else text
-
-    # -- resolution -----------------------------------------------------------------------------------------
     def _resolve(self, inputs: dict[str, Any] | Any) -> Resolution:
         entities = []
         for i, item in enumerate(inputs.get("names", []), start=1):
-            name = _norm(item["name"])
-            hits = [
-                c["number"]
-                for c in item["candidates"]
-                if any(_affix(name, _norm(form)) for form in [c["name"], *c.get("aliases", [])])
-            ]
-            if len(hits) == 1:
-                entities.append(EntityDecision(new=i, same_as=hits[0]))
+            candidates = item["candidates"]
+            hit = match_entity(item["name"], [[c["name"], *c.get("aliases", [])] for c in candidates])
+            if hit is not None:
+                entities.append(EntityDecision(new=i, same_as=candidates[hit]["number"]))
         facts = []
         for i, item in enumerate(inputs.get("facts", []), start=1):
-            duplicate = next((c["number"] for c in item["candidates"] if _norm(c["fact"]) == _norm(item["fact"])), None)
-            contradicts = [
-                c["number"]
-                for c in item["candidates"]
-                if item["relation"] in self.exclusive
-                and c["relation"] == item["relation"]
-                and _affix(_norm(item["source"]), _norm(c["source"]))
-                and not _affix(_norm(item["target"]), _norm(c["target"]))
-            ]
+            candidates = item["candidates"]
+            duplicate, contradicts = judge_fact(item, candidates, self.exclusive)
             if duplicate is not None or contradicts:
-                facts.append(FactDecision(new=i, duplicate_of=duplicate, contradicts=contradicts))
+                facts.append(
+                    FactDecision(
+                        new=i,
+                        duplicate_of=None if duplicate is None else candidates[duplicate]["number"],
+                        contradicts=[candidates[j]["number"] for j in contradicts],
+                    )
+                )
         return Resolution(reasoning="rules", entities=entities, facts=facts)
 
 

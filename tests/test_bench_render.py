@@ -1,0 +1,277 @@
+"""The benchmark suite's renderer (benchmarks/render.py): tables, plots and RESULTS.md from a small JSON fixture,
+and the runner's handling of missing, failing and mismatched benchmarks (benchmarks/run.py, no benchmark run)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import render  # noqa: E402
+
+FIXTURE: dict[str, Any] = {
+    "bench": "demo",
+    "command": "python benchmarks/bench_demo.py --quick --out benchmarks/out/quick/demo.json",
+    "machine": {
+        "cpu_count": 2,
+        "cpus_usable": 2,
+        "processor": "x86_64",
+        "implementation": "CPython",
+        "python": "3.11.9",
+        "platform": "Linux-6.1",
+        "tkg": "0.1.0",
+        "packages": {"numpy": "2.1.0"},
+        "others_cpu_busy_at_start": 0.05,
+        "load_average": [0.1, 0.2, 0.3],
+    },
+    "args": {"quick": True},
+    "started": "2026-01-02T03:04:05+00:00",
+    "seconds": 12.5,
+    "tables": [
+        {
+            "title": "Engine | time",
+            "columns": ["metric", "tkg", "graphiti", "ratio"],
+            "rows": [["engine ms/episode p50", 1.234, 180.0, "146x"], ["episodes", 1000, None, "-"]],
+            "notes": ["engine = wall minus time inside the fakes"],
+        }
+    ],
+    "plots": [
+        {
+            "file": "latency.png",
+            "title": "Latency against size",
+            "x_label": "facts",
+            "y_label": "ms",
+            "log_x": True,
+            "log_y": False,
+            "x": [100, 1000, 10000],
+            "series": {"tkg p50": [1.0, 1.5, 2.0], "graphiti p50": [150.0, 190.0, None]},
+        }
+    ],
+    "targets": [
+        {"name": "search p95 < 10 ms", "value": 7.1, "limit": 10.0, "unit": "ms", "pass": True},
+        {"name": "engine 50x less", "value": 20.0, "limit": 50.0, "unit": "x", "pass": False},
+        {"name": "1M facts snapshot", "value": None, "limit": 30.0, "unit": "s", "pass": None},
+    ],
+}
+
+
+def fixture() -> dict[str, Any]:
+    return copy.deepcopy(FIXTURE)
+
+
+def test_format_cell_is_short_and_marks_missing_values() -> None:
+    assert [render.format_cell(v) for v in (1234567, 1234.56, 12.345, 1.2345, 0.012345, 0.0, None, float("nan"))] == [
+        "1,234,567",
+        "1,235",
+        "12.3",
+        "1.23",
+        "0.012",
+        "0",
+        "-",
+        "-",
+    ]
+    assert render.format_cell(True) == "yes" and render.format_cell("146x") == "146x"
+
+
+def test_text_table_aligns_columns_and_prints_notes() -> None:
+    text = render.text_table(fixture()["tables"][0])
+    lines = text.splitlines()
+    assert lines[0] == "Engine | time"
+    header, rule, first, second = lines[1:5]
+    assert header.split() == ["metric", "tkg", "graphiti", "ratio"]
+    # text columns start together, number columns end together
+    assert header.index("ratio") == first.index("146x") == second.rindex("-")
+    assert header.index("graphiti") + len("graphiti") == first.index("180") + 3 == second.rindex("-", 0, -3) + 1
+    assert first.split()[-3:] == ["1.23", "180", "146x"]
+    assert second.split()[-3:] == ["1,000", "-", "-"]
+    assert set(rule.strip()) <= {"-", " "}
+    assert lines[-1].strip() == "engine = wall minus time inside the fakes"
+
+
+def test_markdown_table_escapes_pipes_and_right_aligns_numbers() -> None:
+    text = render.markdown_table(fixture()["tables"][0])
+    lines = text.splitlines()
+    assert lines[0] == "| metric | tkg | graphiti | ratio |"
+    assert lines[1] == "|---|---:|---:|---|"
+    assert lines[2] == "| engine ms/episode p50 | 1.23 | 180 | 146x |"
+    payload = fixture()
+    payload["tables"][0]["rows"][0][0] = "a | b"
+    assert "| a \\| b |" in render.markdown_table(payload["tables"][0])
+
+
+def test_contract_problems_name_what_is_wrong() -> None:
+    assert render.contract_problems(fixture()) == []
+    assert render.contract_problems([1, 2]) == ["the file holds a JSON list, not an object"]
+    broken = fixture()
+    del broken["command"]
+    broken["tables"][0]["rows"].append(["too", "short"])
+    broken["plots"][0]["series"]["tkg p50"] = [1.0]
+    problems = render.contract_problems(broken)
+    assert "missing key 'command'" in problems
+    assert any("row 2 does not have 4 cells" in p for p in problems)
+    assert any("series 'tkg p50' does not have 3 values" in p for p in problems)
+
+
+def test_load_result_refuses_bad_files(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(fixture()))
+    assert render.load_result(good)["bench"] == "demo"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(render.ContractError, match="cannot read a JSON result"):
+        render.load_result(bad)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"results": []}))
+    with pytest.raises(render.ContractError, match="missing key 'bench'"):
+        render.load_result(old)
+
+
+def test_target_helper_passes_and_misses() -> None:
+    assert render.target("a", 4.0, 5.0, "ms")["pass"] is True
+    assert render.target("a", 5.0, 5.0, "ms")["pass"] is False
+    assert render.target("a", 5.0, 5.0, "ms", strict=False)["pass"] is True
+    assert render.target("a", 60.0, 50.0, "x", lower_is_better=False)["pass"] is True
+    assert render.target("a", None, 5.0, "ms") == {"name": "a", "value": None, "limit": 5.0, "unit": "ms", "pass": None}
+
+
+def test_command_line_is_relative_to_the_working_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    monkeypatch.chdir(tmp_path)
+    line = render.command_line([str(tmp_path / "benchmarks" / "bench_x.py"), "--quick", "--out", "a b.json"])
+    assert line == "python benchmarks/bench_x.py --quick --out 'a b.json'"
+
+
+def test_render_plot_writes_a_png_and_skips_missing_points(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = render.render_plot(fixture()["plots"][0], tmp_path / "p" / "latency.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = fixture()["plots"][0]
+    bad["series"]["tkg p50"] = [1.0]
+    with pytest.raises(render.ContractError, match="has 1 values for 3 x values"):
+        render.render_plot(bad, tmp_path / "bad.png")
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_results_md_has_header_targets_tables_plots_and_missing(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rendered = render.render_results(
+        [fixture()],
+        tmp_path,
+        title="tkg benchmarks: quick",
+        command="python benchmarks/run.py --quick",
+        date="2026-01-02T03:05:00+00:00",
+        machine=FIXTURE["machine"],
+        missing=[("graphiti", "benchmarks/bench_graphiti.py does not exist yet")],
+    )
+    text = rendered.results_md.read_text()
+    assert rendered.results_md == tmp_path / "RESULTS.md"
+    assert text.startswith("# tkg benchmarks: quick\n")
+    assert "- Date: 2026-01-02T03:05:00+00:00" in text
+    assert "- Command: `python benchmarks/run.py --quick`" in text
+    assert "2 CPUs, x86_64, CPython 3.11.9, Linux-6.1" in text
+    assert "1 PASS, 1 MISS, 1 not measured." in text
+    assert "| demo | search p95 < 10 ms | 7.10 ms | 10.0 ms | PASS |" in text
+    assert "| demo | engine 50x less | 20.0 x | 50.0 x | **MISS** |" in text
+    assert "| demo | 1M facts snapshot | - | 30.0 s | - |" in text
+    assert "- **graphiti**: benchmarks/bench_graphiti.py does not exist yet" in text
+    assert f"`{FIXTURE['command']}`" in text
+    assert "### Engine | time" in text and "| engine ms/episode p50 | 1.23 | 180 | 146x |" in text
+    assert "![Latency against size](plots/demo_latency.png)" in text
+    assert [p.name for p in rendered.plots] == ["demo_latency.png"]
+    assert (tmp_path / "plots" / "demo_latency.png").exists()
+    assert rendered.plot_errors == []
+
+
+def test_results_md_notes_plots_it_could_not_draw(tmp_path: Path) -> None:
+    payload = fixture()
+    payload["plots"][0]["x"] = [1, 2]  # series of 3 values for 2 x: rejected, the rest still renders
+    rendered = render.render_results([payload], tmp_path, title="t", command="c", date="d", machine={}, missing=[])
+    text = rendered.results_md.read_text()
+    assert "(plot 'Latency against size' not drawn)" in text
+    assert len(rendered.plot_errors) == 1 and "demo" in rendered.plot_errors[0]
+    assert "- Machine: not recorded" in text
+
+
+# -- the runner, without running a benchmark -----------------------------------------------------------------
+
+
+def test_runner_collects_only_valid_results_of_its_mode(tmp_path: Path) -> None:
+    import run
+
+    quick = fixture()
+    quick["bench"] = "core"
+    (tmp_path / "core.json").write_text(json.dumps(quick))
+    full = fixture()
+    full["bench"], full["args"] = "extraction", {"quick": False}
+    (tmp_path / "extraction.json").write_text(json.dumps(full))
+    (tmp_path / "throughput.json").write_text("[]")
+    results, missing = run.collect(tmp_path, ["core", "extraction", "throughput", "scale"], quick=True)
+    assert [r["bench"] for r in results] == ["core"]
+    reasons = dict(missing)
+    assert "comes from a full run" in reasons["extraction"]
+    assert "not an object" in reasons["throughput"]
+    assert "no result file" in reasons["scale"]
+
+
+def test_runner_reports_a_missing_script_and_a_failing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import run
+
+    (tmp_path / "bench_ok.py").write_text(
+        "import json, sys\n"
+        "out = sys.argv[sys.argv.index('--out') + 1]\n"
+        f"payload = {json.dumps(fixture())!r}\n"
+        "data = json.loads(payload); data['bench'] = 'ok'\n"
+        "open(out, 'w').write(json.dumps(data))\n"
+        "print('... working')\n"
+    )
+    (tmp_path / "bench_boom.py").write_text("import sys\nprint('about to fail')\nsys.exit(3)\n")
+    (tmp_path / "bench_liar.py").write_text("print('exits 0 but writes nothing')\n")
+    monkeypatch.setattr(run, "HERE", tmp_path)
+    monkeypatch.setattr(run, "ROOT", tmp_path)
+    monkeypatch.setattr(
+        run,
+        "BENCHMARKS",
+        (
+            run.Benchmark("ok", "bench_ok.py"),
+            run.Benchmark("boom", "bench_boom.py"),
+            run.Benchmark("liar", "bench_liar.py"),
+            run.Benchmark("absent", "bench_absent.py"),
+        ),
+    )
+    monkeypatch.setattr(run, "BY_NAME", {b.name: b for b in run.BENCHMARKS})
+    out_dir = tmp_path / "results"
+    code = run.main(["--quick", "--json-dir", str(tmp_path / "json"), "--out-dir", str(out_dir), "--no-tables"])
+    printed = capsys.readouterr()
+    assert code == 1
+    assert "FAILED: boom, liar" in printed.err
+    assert "exit status 3" in printed.out and "about to fail" in printed.out  # the log's tail is shown
+    assert "   ... working" in printed.out  # progress lines pass through
+    assert "absent: missing" in printed.out
+    text = (out_dir / "RESULTS.md").read_text()
+    assert "## ok" in text and "## boom" not in text
+    assert "- **boom**: exit status 3" in text
+    assert "- **absent**: benchmarks/bench_absent.py does not exist yet" in text
+    assert "- **liar**:" in text and "no such file" in text.lower()
+
+
+def test_runner_stops_a_benchmark_past_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import run
+
+    (tmp_path / "bench_slow.py").write_text("import time\nprint('... started', flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setattr(run, "HERE", tmp_path)
+    monkeypatch.setattr(run, "ROOT", tmp_path)
+    args = run.parse_args(["--quick", "--timeout", "1"])
+    args.verbose = False
+    outcome = run.run_one(run.Benchmark("slow", "bench_slow.py"), args, tmp_path)
+    assert outcome.status == "FAILED"
+    assert "timed out after 1 s" in outcome.detail
+    assert outcome.seconds is not None and outcome.seconds < 15
