@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tkg import FixedClock, HashEmbedder, Memory
+from tkg.backends.memory import InMemoryStore
 from tkg.errors import TimestampError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind
 from tkg.search_config import Method, SearchConfig, TargetConfig
@@ -144,6 +145,41 @@ def test_memory_search_agrees_with_brute_force(times, queries):
             include_invalidated=history,
         )
         assert {s.record.id for s in found.facts} == brute_force(facts, day(as_of), day(known_at), history)
+
+
+DAYS = st.integers(0, 32)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.data_too_large])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 11), fact_times(), st.booleans(), st.none() | st.integers(-12, 32), st.integers(0, 32)
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_cached_masks_follow_writes_and_deletes(steps):
+    """Searches between writes: a cached scope mask is brought up to date slot by slot (the in-memory store
+    recomputes only what changed), and must always equal a brute-force filter over the current facts."""
+    store = InMemoryStore(dim=32)
+    store.write(WriteBatch(puts=_entities()))
+    current: dict[int, Fact] = {}
+    vector = EMB.embed(["common fact"])[0]
+    for number, times, delete, as_of, now in steps:
+        if delete and number in current:
+            store.write(WriteBatch(deletes=[(Kind.FACT, current.pop(number).id)]))
+        else:
+            current[number] = _facts([times] * (number + 1))[number]
+            store.write(WriteBatch(puts=[current[number]]))
+        facts = list(current.values())
+        for known in (None, day(now)):  # a moving "now" scope, and an explicit transaction time
+            clock = day(now) if known is None else NOW
+            scope = make_scope(clock, ["g"], as_of=day(as_of), known_at=known)
+            expected = brute_force(facts, day(as_of), known or clock, False)
+            assert {h.id for h in store.vector_search(Kind.FACT, vector, 100, scope)} == expected
+            assert {f.id for f in store.facts_of(["e1"], scope)} == expected
 
 
 # -- filters ----------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from tkg import FactInput, FixedClock, HashEmbedder, Memory
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import SnapshotFormatError
 from tkg.models import Entity, Fact, Kind
-from tkg.snapshot import _TRAILER, MAGIC, read, restore, save, write_v1
+from tkg.snapshot import _TRAILER, MAGIC, _graph_sections, read, restore, save, write_v1
 from tkg.storage import WriteBatch
 from tkg.timeline import make_scope
 
@@ -142,22 +142,20 @@ def test_mismatched_index_sections_are_rebuilt_not_used(tmp_path):
     save(store, path, {"dim": 16})
     expected = _answers(store)
 
-    def other_graph(raw: bytes) -> bytes:  # a valid graph of other vectors
-        other = InMemoryStore(dim=16, vector_tail=64)
-        other.write(
-            WriteBatch(
-                puts=[
-                    Entity(
-                        id=f"x{i}", group_id="g", name=f"x{i}", created_at=T0, name_embedding=EMB.embed([f"x{i}"])[0]
-                    )
-                    for i in range(301)
-                ]
-            )
+    # a valid graph of other vectors (both of its sections replaced)
+    other = InMemoryStore(dim=16, vector_tail=64)
+    other.write(
+        WriteBatch(
+            puts=[
+                Entity(id=f"x{i}", group_id="g", name=f"x{i}", created_at=T0, name_embedding=EMB.embed([f"x{i}"])[0])
+                for i in range(301)
+            ]
         )
-        other._vectors[Kind.ENTITY].save_graph(tmp_path / "other.hnsw")
-        return (tmp_path / "other.hnsw").read_bytes()
-
-    _rewrite_section(path, "hnsw/entity", other_graph)
+    )
+    other_state = other._vectors[Kind.ENTITY].export_graph()
+    assert other_state is not None
+    for name, body in _graph_sections(Kind.ENTITY, other_state).items():
+        _rewrite_section(path, name, lambda raw, body=body: body if isinstance(body, bytes) else body.tobytes())
 
     def shuffled_bm25(raw: bytes) -> bytes:
         state = msgpack.unpackb(raw, raw=False)
@@ -189,7 +187,9 @@ def test_implausible_slots_drop_every_index(tmp_path):
     _same(_answers(loaded), _answers(store))
 
 
-@pytest.mark.parametrize("section", ["hnsw/fact", "bm25/entity", "vectors/fact", "records/fact"])
+@pytest.mark.parametrize(
+    "section", ["hnsw/fact", "hnswdata/fact", "scale/entity", "bm25/entity", "vectors/fact", "records/fact"]
+)
 def test_corrupt_section_raises_and_leaves_no_temp_files(tmp_path, section):
     store = _store()
     path = tmp_path / "m.tkg"
@@ -230,3 +230,113 @@ def test_records_share_one_copy_of_each_vector(tmp_path):
     restore(loaded, contents)
     f1, f2 = loaded.get(Kind.FACT, ["f1", "f2"])
     assert np.shares_memory(f1.embedding, f2.embedding.base)  # type: ignore[union-attr]
+
+
+def _as_format_2(path, store: InMemoryStore) -> None:
+    """Rewrite a format-3 file the way format 2 wrote it: hnswlib's own index file in ``hnsw/<kind>``, no
+    ``scale`` or ``hnswdata`` sections, version 2 in the header."""
+    data = path.read_bytes()
+    table_offset, table_length, _ = _TRAILER.unpack(data[-_TRAILER.size :])
+    table = msgpack.unpackb(data[table_offset : table_offset + table_length], raw=False)
+    out = bytearray(MAGIC + struct.pack(">H", 2))
+    sections = []
+    for section in table["sections"]:
+        part, kind = section["name"].split("/", 1)
+        if part in ("scale", "hnswdata"):
+            continue
+        body = data[section["offset"] : section["offset"] + section["length"]]
+        if part == "hnsw":
+            graph_file = path.parent / f"{kind}.hnsw"
+            assert store._vectors[Kind(kind)].save_graph(graph_file)
+            body = graph_file.read_bytes()
+            graph_file.unlink()
+        sections.append({**section, "offset": len(out), "length": len(body), "sha256": hashlib.sha256(body).digest()})
+        out += body
+    table["sections"] = sections
+    packed = msgpack.packb(table, use_bin_type=True)
+    path.write_bytes(bytes(out) + packed + _TRAILER.pack(len(out), len(packed), hashlib.sha256(packed).digest()))
+
+
+@pytest.mark.parametrize("flushed", [True, False], ids=["flushed", "with-tails"])
+def test_format_2_snapshots_still_load_their_indexes(tmp_path, flushed):
+    store = _store()
+    if flushed:
+        store.flush()
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+    _as_format_2(path, store)
+    assert path.read_bytes()[len(MAGIC) : len(MAGIC) + 2] == struct.pack(">H", 2)
+    _, contents = read(path)
+    loaded = InMemoryStore(dim=16)
+    report = restore(loaded, contents)
+    assert report["format"] == 2
+    assert set(report["graphs"].values()) == {"loaded"} and set(report["text"].values()) == {"loaded"}
+    _same(_answers(loaded), _answers(store))
+    for kind in Kind:
+        assert list(loaded.scan(kind)) == list(store.scan(kind)), kind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tkg"]  # the temporary graph files are gone
+
+
+def test_format_3_graph_sections_are_smaller_than_hnswlib_files(tmp_path):
+    store = _store()
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+    size = path.stat().st_size
+    _as_format_2(path, store)
+    # each live vector is stored once (hnswlib's copy is cut out and recomputed on load)
+    assert path.stat().st_size - size >= 4 * 16 * (300 + 399) * 0.75
+
+
+def test_a_graph_whose_links_point_nowhere_is_rebuilt_not_followed(tmp_path):
+    store = _store()
+    store.flush()
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+
+    def bad_link(raw: bytes) -> bytes:
+        # element 0's level-0 link list: u32 count, then neighbour ids; point its first link past the graph
+        data = bytearray(raw)
+        count = max(1, struct.unpack_from("<I", data, 0)[0] & 0xFFFF)
+        struct.pack_into("<II", data, 0, count, 10**6)
+        return bytes(data)
+
+    _rewrite_section(path, "hnswdata/entity", bad_link)
+    _, contents = read(path)
+    loaded = InMemoryStore(dim=16)
+    report = restore(loaded, contents)
+    assert report["graphs"]["entity"] == "rebuilt" and report["graphs"]["fact"] == "loaded"
+    _same(_answers(loaded), _answers(store))
+
+
+def test_loaded_graph_holds_bit_identical_vectors_and_scores(tmp_path):
+    store = _store()
+    store.flush()
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+    _, contents = read(path)
+    loaded = InMemoryStore(dim=16)
+    restore(loaded, contents)
+    for kind in (Kind.ENTITY, Kind.FACT):
+        before, after = store._vectors[kind]._graph, loaded._vectors[kind]._graph
+        assert before is not None and after is not None
+        labels = np.asarray(sorted(before.get_ids_list()), dtype=np.int64)
+        live = labels[store._vectors[kind]._in_graph.view()[labels]]
+        assert np.array_equal(before.get_items(live, return_type="numpy"), after.get_items(live, return_type="numpy"))
+    scope = make_scope(T0 + timedelta(days=60), ["g"])
+    for q in QUERIES:
+        vector = EMB.embed([q])[0]
+        assert loaded.vector_search(Kind.FACT, vector, 10, scope) == store.vector_search(Kind.FACT, vector, 10, scope)
+
+
+def test_implausible_saved_scales_are_recomputed_not_used(tmp_path):
+    store = _store()
+    store.flush()
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+    _rewrite_section(path, "scale/fact", lambda raw: np.full(len(raw) // 4, 2.0, dtype="<f4").tobytes())
+    _, contents = read(path)
+    loaded = InMemoryStore(dim=16)
+    restore(loaded, contents)
+    slots = np.flatnonzero(store._vectors[Kind.FACT].has_vec.view())
+    assert np.allclose(loaded._vectors[Kind.FACT].scales(slots), store._vectors[Kind.FACT].scales(slots), rtol=1e-6)
+    _same(_answers(loaded), _answers(store))

@@ -1,6 +1,6 @@
 """Snapshots: a whole memory in one file, written atomically, read defensively.
 
-Format 2 (written now) is a sequence of checksummed sections followed by a table of contents::
+Format 3 (written now) and format 2 are a sequence of checksummed sections followed by a table of contents::
 
     magic (8 bytes) | format version (u16, big-endian) | section ... | table (msgpack) | trailer
 
@@ -11,15 +11,24 @@ table holds the caller's ``meta`` and, for each section, its name, offset, lengt
   microseconds since the epoch (UTC), repeated strings dictionary-encoded, vectors left out;
 * ``vectors/<kind>`` -- the vectors of those records that have one, as one little-endian float32 matrix;
 * optional index sections, written by a store that offers ``export_snapshot`` (the in-memory backend):
-  ``slots/<kind>`` (each record's slot), ``hnsw/<kind>`` (hnswlib's own index file) and ``bm25/<kind>``, so that a
-  load restores the indexes instead of rebuilding them. A store without that hook, or a snapshot without those
-  sections, rebuilds them; an index section that does not fit the records is dropped and rebuilt, never used.
+  ``slots/<kind>`` (each record's slot), ``scale/<kind>`` (each record's stored ``1 / norm``, float32),
+  ``hnsw/<kind>`` and ``hnswdata/<kind>`` (the HNSW graph) and ``bm25/<kind>``, so that a load restores the
+  indexes instead of rebuilding them. A store without that hook, or a snapshot without those sections, rebuilds
+  them; an index section that does not fit the records is dropped and rebuilt, never used.
+
+Format 3 differs from format 2 only in the graph sections. Format 2 stored hnswlib's own index file in
+``hnsw/<kind>``, which holds a second copy of every vector and which hnswlib can only load from a path (so a load
+copied it to a temporary file). Format 3 stores hnswlib's pickle state instead: ``hnsw/<kind>`` is a msgpack map of
+its parameters and small arrays, ``hnswdata/<kind>`` its per-element block (links and label) with the vector cut
+out; a load puts the vectors back from ``vectors/<kind>`` and ``scale/<kind>`` (bit for bit what hnswlib was given)
+and hands the state to hnswlib in memory. That makes the file ~40% smaller and both save and load faster.
 
 Format 1 (one msgpack payload of row records after a fixed header) is still read; its indexes are rebuilt.
 
 A save goes to a temporary file in the same directory, is fsynced, then renamed over the target, so a crash
-leaves the previous snapshot intact. A load checks magic, version, table and every section's checksum before
-decoding anything, and builds a new store; nothing existing is touched if any check fails.
+leaves the previous snapshot intact. A load checks magic, version and table, and every section's checksum before
+decoding or using it (a vectors section is hashed on a helper thread while the records of its kind, already
+verified, are decoded), and builds a new store; nothing existing is touched if any check fails.
 """
 
 from __future__ import annotations
@@ -27,13 +36,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import gc
 import hashlib
 import os
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
-from operator import attrgetter
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,16 +60,19 @@ from tkg.storage import Store, WriteBatch
 from tkg.timeutil import from_micros, to_micros
 
 MAGIC = b"\x89TKGSNP\n"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _HEADER = struct.Struct(">HQ32s")  # format 1: version, payload length, sha256 of the payload
 _VERSION = struct.Struct(">H")
 _TRAILER = struct.Struct(">QQ32s")  # format 2: table offset, table length, sha256 of the table
 _DT = "__dt__"
 _NONE = np.iinfo(np.int64).min  # an absent optional datetime in an int64 column
 _CHUNK = 16 << 20  # bytes copied / hashed at a time
+_THREAD_MIN = 1 << 20  # chunks at least this big are hashed on a helper thread while they are written
+_SYNC_EVERY = 256 << 20  # bytes written between two background flushes to disk
 _VECTOR_ROWS = 16384  # vectors stacked at a time while writing
 #: Dependency order: endpoints before the edges that point to them.
 ORDER = (Kind.EPISODE, Kind.ENTITY, Kind.COMMUNITY, Kind.FACT, Kind.MENTION, Kind.MEMBERSHIP)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # as in tkg.timeutil.from_micros
 _REF_FIELDS = frozenset({"source_id", "target_id", "episode_id", "entity_id", "community_id", "invalidated_by"})
 
 
@@ -144,7 +159,7 @@ def _encode_column(code: str, values: list[Any]) -> Any:
     if code == "dt?":
         return np.fromiter((_NONE if v is None else to_micros(v) for v in values), "<i8", len(values)).tobytes()
     if code == "tuple":
-        return [list(v) for v in values]
+        return values  # msgpack writes tuples as arrays
     if code == "map":
         at = [i for i, v in enumerate(values) if v]
         return {"at": at, "values": [_encode_value(values[i]) for i in at]}
@@ -169,14 +184,30 @@ class _Times:
             found = self._cache[micros] = from_micros(micros)
         return found
 
+    def many(self, values: list[int]) -> list[datetime | None]:
+        """:meth:`get` of each value (``None`` for the missing marker), with the loops at C speed: new values
+        become ``EPOCH + timedelta(0, 0, micros)`` through ``map``, exactly what :func:`from_micros` computes."""
+        cache = self._cache
+        new = [m for m in values if m not in cache and m != _NONE]
+        if new:
+            deltas = map(timedelta, repeat(0, len(new)), repeat(0, len(new)), new)
+            cache.update(zip(new, map(_EPOCH.__add__, deltas), strict=True))
+        cache.setdefault(_NONE, None)  # type: ignore[arg-type]
+        return list(map(cache.__getitem__, values))
+
     def column(self, raw: bytes, n: int, optional: bool) -> tuple[list[datetime | None], npt.NDArray[np.int64]]:
         array = np.frombuffer(raw, dtype="<i8")
         if len(array) != n:
             raise ValueError("a time column has the wrong length")
-        get = self.get
-        if optional:
-            return [None if m == _NONE else get(m) for m in array.tolist()], array
-        return [get(m) for m in array.tolist()], array
+        if n == 0:
+            return [], array
+        # One datetime per distinct value, then a C-level gather: far fewer Python calls than one per record.
+        unique, inverse = np.unique(array, return_inverse=True)
+        if not optional and len(unique) and int(unique[0]) == _NONE:
+            raise ValueError("a required time is missing")
+        table = self.many(unique.tolist())
+        picked = itemgetter(*inverse.reshape(-1).tolist())(table)
+        return ([picked] if n == 1 else list(picked)), array
 
 
 def _maker(cls: type) -> Callable[..., Record]:
@@ -235,15 +266,16 @@ def _decode_kind(
             if len(vec_at):
                 if matrix is None or len(matrix) != len(vec_at) or int(vec_at.max()) >= n or int(vec_at.min()) < 0:
                     raise ValueError("the vectors do not match the records")
-                for position, row in zip(vec_at.tolist(), matrix, strict=True):
-                    values[position] = row
+                if len(vec_at) == n and bool((vec_at == np.arange(n)).all()):
+                    values = list(matrix)  # every record has one: the rows in order (C-level iteration)
+                else:
+                    for position, row in zip(vec_at.tolist(), matrix, strict=True):
+                        values[position] = row
         elif code in ("dt", "dt?"):
             values, time_columns[name] = times.column(raw[name], n, code == "dt?")
         elif code == "tuple":
             values = (
-                [tuple(refs.get(x, x) for x in v) for v in raw[name]]
-                if name == "episodes"
-                else [tuple(v) for v in raw[name]]
+                [tuple(map(refs.get, v, v)) for v in raw[name]] if name == "episodes" else list(map(tuple, raw[name]))
             )
         elif code == "map":
             values = [{} for _ in range(n)]
@@ -256,14 +288,16 @@ def _decode_kind(
                 enum_type = _enum_of(cls, name)
                 if enum_type is not None:
                     table = [enum_type(v) for v in table]
-                values = [table[c] for c in np.frombuffer(column["c"], dtype="<i4").tolist()]
+                if name in _REF_FIELDS:  # the same string object as the record's id (mapped once per value)
+                    table = list(map(refs.get, table, table))
+                values = list(map(table.__getitem__, np.frombuffer(column["c"], dtype="<i4").tolist()))
             else:
                 values = list(column["v"])
                 enum_type = _enum_of(cls, name)
                 if enum_type is not None:
                     values = [enum_type(v) for v in values]
-            if name in _REF_FIELDS:
-                values = [refs.get(v, v) if v is not None else None for v in values]
+                if name in _REF_FIELDS:
+                    values = list(map(refs.get, values, values))
         if len(values) != n:
             raise ValueError(f"column {name} has {len(values)} values for {n} records")
         columns.append(values)
@@ -277,21 +311,61 @@ def _decode_kind(
 # --------------------------------------------------------------------------------------------------------------
 # writing
 class _Writer:
+    """Appends checksummed sections to ``out``. Two helper threads keep the disk busy while Python works:
+    one hashes a chunk while the next is written (hashlib and file writes release the GIL), and one flushes
+    written sections to disk (``fdatasync``) while the next are encoded, so the final ``fsync`` has little left
+    to wait for."""
+
     def __init__(self, out: IO[bytes]) -> None:
         self.out = out
         self.offset = 0
         self.sections: list[dict[str, Any]] = []
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="tkg-snapshot-hash")
+        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="tkg-snapshot-sync")
+        self._sync: Future[None] | None = None
+        self._unsynced = 0
 
-    def raw(self, data: bytes) -> None:
+    def raw(self, data: bytes | memoryview) -> None:
         self.out.write(data)
-        self.offset += len(data)
+        size = memoryview(data).nbytes
+        self.offset += size
+        self._unsynced += size
 
     def section(self, name: str, chunks: Iterator[bytes | memoryview]) -> None:
         start, digest = self.offset, hashlib.sha256()
+        hashing: Future[None] | None = None
         for chunk in chunks:
-            digest.update(chunk)
-            self.raw(bytes(chunk) if not isinstance(chunk, bytes) else chunk)
+            if memoryview(chunk).nbytes < _THREAD_MIN:
+                digest.update(chunk)
+            else:
+                if hashing is not None:
+                    hashing.result()  # one chunk in flight at a time: bounded memory, sequential digest
+                hashing = self._hasher.submit(digest.update, chunk)
+            self.raw(chunk)
+        if hashing is not None:
+            hashing.result()
         self.sections.append({"name": name, "offset": start, "length": self.offset - start, "sha256": digest.digest()})
+        if self._unsynced >= _SYNC_EVERY and (self._sync is None or self._sync.done()):
+            if self._sync is not None:
+                self._sync.result()  # surface a failed flush now
+            self.out.flush()
+            self._sync = self._syncer.submit(_datasync, self.out.fileno())
+            self._unsynced = 0
+
+    def finish(self) -> None:
+        """Everything written durably on disk."""
+        if self._sync is not None:
+            self._sync.result()
+        self.out.flush()
+        os.fsync(self.out.fileno())
+
+    def close(self) -> None:
+        self._hasher.shutdown(wait=True)
+        self._syncer.shutdown(wait=True)
+
+
+def _datasync(fd: int) -> None:
+    getattr(os, "fdatasync", os.fsync)(fd)
 
 
 def _file_chunks(path: str) -> Iterator[bytes]:
@@ -303,6 +377,31 @@ def _file_chunks(path: str) -> Iterator[bytes]:
 def _vector_chunks(vectors: list[npt.NDArray[np.float32]]) -> Iterator[bytes]:
     for start in range(0, len(vectors), _VECTOR_ROWS):
         yield np.stack(vectors[start : start + _VECTOR_ROWS]).astype("<f4", copy=False).tobytes()
+
+
+def _gathered_chunks(
+    rows: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]],
+    slots: npt.NDArray[np.int64],
+    vectors: list[npt.NDArray[np.float32]],
+) -> Iterator[memoryview]:
+    """The vectors of ``slots`` gathered by the store's index (a few C-level copies instead of stacking a list
+    of rows), checked against the records' own vectors at the start and end of each chunk."""
+    for start in range(0, len(slots), _VECTOR_ROWS):
+        block = np.ascontiguousarray(rows(slots[start : start + _VECTOR_ROWS]), dtype="<f4")
+        for i in (0, len(block) - 1):
+            if not np.array_equal(block[i], vectors[start + i]):
+                raise SnapshotError("the store's vector index disagrees with its records; cannot save")
+        yield memoryview(block).cast("B")  # type: ignore[arg-type]
+
+
+def _byte_chunks(data: bytes | npt.NDArray[Any]) -> Iterator[bytes | memoryview]:
+    """A section's bytes: an array is written from its own memory, a chunk at a time (no whole copy)."""
+    if isinstance(data, bytes):
+        yield data
+        return
+    flat = memoryview(np.ascontiguousarray(data)).cast("B")  # type: ignore[arg-type]
+    for start in range(0, len(flat), _CHUNK):
+        yield flat[start : start + _CHUNK]
 
 
 def _pack(value: Any) -> bytes:
@@ -326,6 +425,23 @@ def _unarray(value: Any) -> npt.NDArray[Any]:
     return np.frombuffer(value["data"], dtype=dtype).reshape(value["shape"])
 
 
+def _time_column(code: str, values: list[Any], given: npt.NDArray[np.int64] | None) -> bytes:
+    """A time column: the store's own int64 column when it exported one of the right length (no per-record
+    conversion), else computed from the records."""
+    if given is not None and len(given) == len(values):
+        return np.ascontiguousarray(given, dtype="<i8").tobytes()
+    return _encode_column(code, values)  # type: ignore[no-any-return]
+
+
+def _graph_sections(kind: Kind, state: Mapping[str, Any]) -> dict[str, bytes | npt.NDArray[Any]]:
+    """The two sections of one exported HNSW graph: its parameters and small arrays, and its element block."""
+    small = {k: _array(v) for k, v in state.items() if isinstance(v, np.ndarray) and k != "level0"}
+    return {
+        f"hnsw/{kind.value}": _pack({"params": dict(state["params"]), **small}),
+        f"hnswdata/{kind.value}": np.ascontiguousarray(state["level0"]),
+    }
+
+
 def save(store: Store, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> int:
     """Write every record of ``store`` (and its indexes, if it can export them) to ``path`` atomically; returns
     the file size in bytes."""
@@ -333,58 +449,41 @@ def save(store: Store, path: str | os.PathLike[str], meta: Mapping[str, Any]) ->
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise SnapshotError(f"cannot save to {target}: directory {directory} does not exist")
-    # Encode every record section before the file is created, so that an unserialisable value changes nothing.
-    encoded: dict[Kind, tuple[bytes, list[npt.NDArray[np.float32]]]] = {}
-    for kind in ORDER:
-        records = list(store.scan(kind))
-        cls = RECORD_TYPES[kind]
-        columns: dict[str, Any] = {}
-        vectors: list[npt.NDArray[np.float32]] = []
-        vec_at = np.zeros(0, dtype="<i8")
-        for name, code in _field_codes(cls):
-            values = list(map(attrgetter(name), records))
-            if code == "vec":
-                at = [i for i, v in enumerate(values) if v is not None]
-                vectors = [values[i] for i in at]
-                vec_at = np.asarray(at, dtype="<i8")
-            else:
-                columns[name] = _encode_column(code, values)
-        encoded[kind] = (_pack({"n": len(records), "columns": columns, "vec_at": vec_at.tobytes()}), vectors)
-        del records
-    export: Callable[[Path], dict[str, Any]] | None = getattr(store, "export_snapshot", None)
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=directory) as scratch:
-        indexes = export(Path(scratch)) if export is not None else None
-        extra: dict[str, bytes] = {}
-        if indexes is not None:
-            for kind, slots in indexes.get("slots", {}).items():
-                extra[f"slots/{Kind(kind).value}"] = np.asarray(slots, dtype="<i8").tobytes()
-            for kind, state in indexes.get("text", {}).items():
-                packed = {k: (_array(v) if isinstance(v, np.ndarray) else v) for k, v in state.items()}
-                extra[f"bm25/{Kind(kind).value}"] = _pack(packed)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                writer = _Writer(out)
+    with _no_gc():  # millions of short-lived lists: none of them cyclic garbage
+        return _save(store, target, directory, meta)
+
+
+def _save(store: Store, target: Path, directory: Path, meta: Mapping[str, Any]) -> int:
+    export: Callable[[], dict[str, Any]] | None = getattr(store, "export_snapshot", None)
+    indexes = export() if export is not None else None
+    # Each section is written as soon as it is encoded (the disk works while the next one is encoded). A value
+    # that cannot be encoded stops the save with the temporary file deleted: the target is never touched.
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            writer = _Writer(out)
+            try:
                 writer.raw(MAGIC + _VERSION.pack(FORMAT_VERSION))
-                for kind, (payload, vectors) in encoded.items():
+                for kind in ORDER:
+                    payload, chunks = _encode_kind(store, kind, indexes)
                     writer.section(f"records/{kind.value}", iter([payload]))
-                    writer.section(f"vectors/{kind.value}", _vector_chunks(vectors))
-                for name, data in extra.items():
-                    writer.section(name, iter([data]))
-                for kind, graph in (indexes or {}).get("graphs", {}).items():
-                    writer.section(f"hnsw/{Kind(kind).value}", _file_chunks(graph))
+                    del payload
+                    writer.section(f"vectors/{kind.value}", chunks)
+                for name, data in _index_sections(indexes):
+                    writer.section(name, _byte_chunks(data))
                 table = _pack({"meta": dict(meta), "dim": store.dim, "sections": writer.sections})
                 table_offset = writer.offset
                 writer.raw(table)
                 writer.raw(_TRAILER.pack(table_offset, len(table), hashlib.sha256(table).digest()))
-                out.flush()
-                os.fsync(out.fileno())
-                size = writer.offset
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+                writer.finish()
+            finally:
+                writer.close()
+            size = writer.offset
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     with contextlib.suppress(OSError):  # make the rename itself durable
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
@@ -394,11 +493,53 @@ def save(store: Store, path: str | os.PathLike[str], meta: Mapping[str, Any]) ->
     return size
 
 
+def _encode_kind(
+    store: Store, kind: Kind, indexes: dict[str, Any] | None
+) -> tuple[bytes, Iterator[bytes | memoryview]]:
+    """One kind's records section (columns, msgpack) and the chunks of its vectors section."""
+    records = list(store.scan(kind))
+    cls = RECORD_TYPES[kind]
+    columns: dict[str, Any] = {}
+    chunks: Iterator[bytes | memoryview] = iter(())
+    vec_at = np.zeros(0, dtype="<i8")
+    given_times = (indexes or {}).get("times", {}).get(kind, {})
+    for name, code in _field_codes(cls):
+        values = list(map(attrgetter(name), records))
+        if code == "vec":
+            at = [i for i, v in enumerate(values) if v is not None]
+            vec_at = np.asarray(at, dtype="<i8")
+            rows = (indexes or {}).get("rows", {}).get(kind)
+            slots = (indexes or {}).get("slots", {}).get(kind)
+            if rows is not None and slots is not None and len(slots) == len(records):
+                chunks = _gathered_chunks(rows, np.asarray(slots)[vec_at], [values[i] for i in at])
+            else:
+                chunks = _vector_chunks([values[i] for i in at])
+        elif code in ("dt", "dt?"):
+            columns[name] = _time_column(code, values, given_times.get(name))
+        else:
+            columns[name] = _encode_column(code, values)
+    return _pack({"n": len(records), "columns": columns, "vec_at": vec_at.tobytes()}), chunks
+
+
+def _index_sections(indexes: dict[str, Any] | None) -> Iterator[tuple[str, bytes | npt.NDArray[Any]]]:
+    if indexes is None:
+        return
+    for kind, slots in indexes.get("slots", {}).items():
+        yield f"slots/{Kind(kind).value}", np.asarray(slots, dtype="<i8")
+    for kind, scales in indexes.get("scales", {}).items():
+        yield f"scale/{Kind(kind).value}", np.asarray(scales, dtype="<f4")
+    for kind, state in indexes.get("text", {}).items():
+        packed = {k: (_array(v) if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+        yield f"bm25/{Kind(kind).value}", _pack(packed)
+    for kind, state in indexes.get("graphs", {}).items():
+        yield from _graph_sections(Kind(kind), state).items()
+
+
 # --------------------------------------------------------------------------------------------------------------
 # reading
 def read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Contents]:
     """Check and decode a snapshot file: its meta map, and its contents (iterable as records in dependency
-    order). Every checksum is verified before anything is decoded."""
+    order). Every section's checksum is verified before its contents are used."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below on every path
     except FileNotFoundError:
@@ -420,14 +561,35 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Contents]:
             if version == 1:
                 f.seek(0)
                 return _read_v1(path, f.read())
-            if version != FORMAT_VERSION:
+            if version not in (2, 3):
                 raise SnapshotFormatError(f"{path} has an unknown snapshot format {version}")
-            return _read_v2(path, f)
+            with _no_gc(settle=True):
+                return _read_v2(path, f, version)
         except OSError as exc:
             raise SnapshotError(f"cannot read snapshot {path}: {exc}") from None
 
 
-def _read_v2(path: str | os.PathLike[str], f: IO[bytes]) -> tuple[dict[str, Any], Contents]:
+@contextlib.contextmanager
+def _no_gc(settle: bool = False) -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of records and sets are created: each collection
+    would walk every object created so far, and none of them is garbage. With ``settle``, what was built is
+    then filed straight into the oldest generation (freeze + unfreeze moves the younger generations there
+    without walking them), so that the next collections do not walk millions of long-lived objects twice on
+    their way up; skipped if the application has frozen objects of its own."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if settle and gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
+        if enabled:
+            gc.enable()
+
+
+def _read_v2(path: str | os.PathLike[str], f: IO[bytes], version: int) -> tuple[dict[str, Any], Contents]:
+    """Formats 2 and 3 (they differ only in how the HNSW graphs are stored)."""
     start = len(MAGIC) + _VERSION.size
     size = f.seek(0, os.SEEK_END)
     if size < start + _TRAILER.size:
@@ -452,8 +614,10 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes]) -> tuple[dict[str, Any]
         if offset < start or length < 0 or offset + length > table_offset:
             raise SnapshotFormatError(f"{path} is corrupt: section {name} lies outside the file")
 
-    def load(name: str, into: npt.NDArray[Any] | None = None) -> bytes | npt.NDArray[Any]:
-        offset, length, expected = places[name]
+    def load(name: str, into: npt.NDArray[Any] | None = None, check: bool = True) -> bytes | npt.NDArray[Any]:
+        """A section's bytes (into ``into`` if given), its checksum verified unless ``check`` is false (the
+        caller then verifies it with :func:`verify` before using it)."""
+        offset, length, _ = places[name]
         f.seek(offset)
         if into is None:
             data: bytes | npt.NDArray[Any] = f.read(length)
@@ -465,13 +629,18 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes]) -> tuple[dict[str, Any]
             data = into
         if len(view) != length:
             raise SnapshotFormatError(f"{path} is truncated (section {name})")
-        if hashlib.sha256(view).digest() != expected:
-            raise SnapshotFormatError(f"{path} is corrupt (checksum mismatch in section {name})")
+        if check:
+            verify(name, hashlib.sha256(view).digest())
         return data
 
-    contents = Contents(records={})
+    def verify(name: str, digest: bytes) -> None:
+        if digest != places[name][2]:
+            raise SnapshotFormatError(f"{path} is corrupt (checksum mismatch in section {name})")
+
+    contents = Contents(records={}, version=version)
     times = _Times()
     refs: dict[str, str] = {}
+    hasher = ThreadPoolExecutor(1, thread_name_prefix="tkg-snapshot-hash")
     try:
         for kind in ORDER:
             name = f"records/{kind.value}"
@@ -484,14 +653,19 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes]) -> tuple[dict[str, Any]
                 rows = places[vec_name][1] // (4 * dim)
                 if rows * 4 * dim != places[vec_name][1]:
                     raise SnapshotFormatError(f"{path} is corrupt: section {vec_name} is not whole vectors")
-                matrix = load(vec_name, np.empty((rows, dim), dtype="<f4"))
+                matrix = load(vec_name, np.empty((rows, dim), dtype="<f4"), check=False)
                 matrix.setflags(write=False)  # type: ignore[union-attr]
+                # The (big) vectors section is hashed on a helper thread while this kind's records, whose own
+                # section is already verified, are decoded; nothing is returned before the digest matches.
+                hashing = hasher.submit(_digest, matrix)  # type: ignore[arg-type]
             records, time_columns, vec_at = _decode_kind(kind, payload, matrix, times, refs)  # type: ignore[arg-type]
+            if matrix is not None:
+                verify(vec_name, hashing.result())
             contents.records[kind] = records
             contents.times[kind] = time_columns
             if matrix is not None:
                 contents.vectors[kind] = (vec_at, matrix)  # type: ignore[assignment]
-        contents.indexes = _read_indexes(path, places, load, table_offset)
+        contents.indexes = _read_indexes(path, places, load, version)
     except SnapshotError:
         contents.close()
         raise
@@ -501,30 +675,45 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes]) -> tuple[dict[str, Any]
     except Exception as exc:  # malformed columns: wrong types, lengths, codes
         contents.close()
         raise SnapshotFormatError(f"{path} is corrupt: {exc!r}") from None
+    finally:
+        hasher.shutdown(wait=True)
     return meta, contents
+
+
+def _digest(array: npt.NDArray[Any]) -> bytes:
+    return hashlib.sha256(memoryview(array).cast("B")).digest()  # type: ignore[arg-type]
 
 
 def _read_indexes(
     path: str | os.PathLike[str],
     places: dict[str, tuple[int, int, bytes]],
     load: Callable[..., Any],
-    table_offset: int,
+    version: int,
 ) -> dict[str, Any] | None:
-    names = [n for n in places if n.split("/", 1)[0] in ("slots", "hnsw", "bm25")]
+    names = [n for n in places if n.split("/", 1)[0] in ("slots", "scale", "hnsw", "bm25")]
     if not names:
         return None
-    indexes: dict[str, Any] = {"slots": {}, "graphs": {}, "text": {}, "_tmp": None}
+    indexes: dict[str, Any] = {"slots": {}, "scales": {}, "graphs": {}, "text": {}, "_tmp": None}
     for name in names:
         part, kind_name = name.split("/", 1)
         kind = Kind(kind_name)
         if part == "slots":
             indexes["slots"][kind] = np.frombuffer(load(name), dtype="<i8")
+        elif part == "scale":
+            indexes["scales"][kind] = np.frombuffer(load(name), dtype="<f4")
         elif part == "bm25":
             state = msgpack.unpackb(load(name), raw=False, strict_map_key=False)
             indexes["text"][kind] = {
                 k: (_unarray(v) if isinstance(v, dict) and "dtype" in v else v) for k, v in state.items()
             }
-    graphs = [n for n in names if n.startswith("hnsw/")]
+        elif part == "hnsw" and version >= 3:
+            state = msgpack.unpackb(load(name), raw=False, strict_map_key=False)
+            graph = {k: (_unarray(v) if isinstance(v, dict) and "dtype" in v else v) for k, v in state.items()}
+            data_name = f"hnswdata/{kind_name}"
+            if data_name in places:  # without it the graph is rebuilt (the store finds the state incomplete)
+                graph["level0"] = load(data_name, np.empty(places[data_name][1], dtype=np.uint8))
+            indexes["graphs"][kind] = graph
+    graphs = [n for n in names if n.startswith("hnsw/")] if version == 2 else []
     if graphs:
         # hnswlib loads from a path: copy each graph next to the snapshot, checking its digest on the way.
         try:
@@ -599,7 +788,8 @@ def restore(store: Store, contents: Contents) -> dict[str, Any]:
     try:
         hook = getattr(store, "restore_snapshot", None)
         if hook is not None:
-            return hook(contents)  # type: ignore[no-any-return]
+            with _no_gc(settle=True):
+                return hook(contents)  # type: ignore[no-any-return]
         records = list(contents)
         loader = getattr(store, "load", None)
         if loader is not None:

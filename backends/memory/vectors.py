@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import hnswlib
 import numpy as np
@@ -170,20 +171,39 @@ class VectorIndex:
         return rows
 
     # -- bulk restore (snapshots) ---------------------------------------------------------------------------
+    def rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The vectors of ``slots`` (which must have one), in order, read-only: a view when they are consecutive
+        rows of one chunk (as after a bulk load or a restore), else one gather per matrix chunk."""
+        if len(slots):
+            chunks = self._chunk_of.view()[slots]
+            rows = self._row_of.view()[slots]
+            first, last = int(rows[0]), int(rows[-1])
+            if chunks.min() == chunks.max() and last - first == len(slots) - 1 and (np.diff(rows) == 1).all():
+                view = self._chunks[int(chunks[0])][first : last + 1]
+                view.flags.writeable = False
+                return view
+        return self._rows(slots)
+
+    def scales(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The stored ``1 / norm`` of ``slots`` (saved with a snapshot so that a load scores bit-identically)."""
+        return self._scale.view()[slots].astype(np.float32)
+
     def restore(
         self,
         slots: npt.NDArray[np.int64],
         matrix: npt.NDArray[np.float32],
-        graph_file: str | None,
+        graph: str | dict[str, Any] | None,
+        scales: npt.NDArray[np.float32] | None = None,
     ) -> bool:
         """Fill an empty index with the rows of ``matrix`` at ``slots`` (the matrix becomes a chunk as it is:
-        the records already carry views of its rows). With ``graph_file`` (written by :meth:`save_graph` for the
-        same vectors) the graph is loaded, not rebuilt. Returns whether the saved graph was used; one that does
-        not match is dropped and rebuilt."""
+        the records already carry views of its rows). ``graph`` is a saved HNSW graph for the same vectors --
+        an hnswlib index file (:meth:`save_graph`) or an :meth:`export_graph` state -- which is loaded, not
+        rebuilt; ``scales`` are the saved ``1 / norm`` of the rows (recomputed when absent). Returns whether the
+        saved graph was used; one that does not match is dropped and rebuilt."""
         if self._tail or self._graph is not None or self._chunks:
             raise ValueError("restore() needs an empty vector index")
-        if len(matrix) != len(slots):
-            raise ValueError("restore() needs one row per slot")
+        if len(matrix) != len(slots) or (scales is not None and len(scales) != len(slots)):
+            raise ValueError("restore() needs one row (and scale) per slot")
         size = int(slots.max()) + 1 if len(slots) else 0
         self._grow(size)
         if len(slots):
@@ -192,15 +212,23 @@ class VectorIndex:
             self._chunk_of.view()[slots] = 0
             self._row_of.view()[slots] = np.arange(len(slots), dtype=np.int32)
             scale = self._scale.view()
-            for start in range(0, len(slots), _CHUNK):
-                part = matrix[start : start + _CHUNK]
-                norms = np.sqrt(np.einsum("ij,ij->i", part, part, dtype=np.float64))
-                scale[slots[start : start + _CHUNK]] = 1.0 / np.where(norms > 0, norms, 1.0)
+            if scales is not None and _plausible_scales(matrix, scales):
+                scale[slots] = scales
+            else:
+                for start in range(0, len(slots), _CHUNK):
+                    part = matrix[start : start + _CHUNK]
+                    norms = np.sqrt(np.einsum("ij,ij->i", part, part, dtype=np.float64))
+                    scale[slots[start : start + _CHUNK]] = 1.0 / np.where(norms > 0, norms, 1.0)
             self.has_vec.view()[slots] = True
         used = False
-        if graph_file is not None and len(slots):
+        if graph is not None and len(slots):
             try:
-                self._load_graph(graph_file, slots)
+                if isinstance(graph, dict):
+                    self._graph, extra = self._graph_from_state(graph, slots, matrix)
+                    self._adopt_graph(slots, extra)
+                else:
+                    self._graph = self._graph_from_file(graph, slots)
+                    self._adopt_graph(slots)
                 used = True
             except GraphMismatch:
                 self._graph, self._graph_live = None, 0
@@ -218,17 +246,161 @@ class VectorIndex:
         self._graph.save_index(os.fspath(path))
         return True
 
-    def _load_graph(self, path: str, slots: npt.NDArray[np.int64]) -> None:
+    def export_graph(self) -> dict[str, Any] | None:
+        """Flush the tail and return the HNSW graph as arrays (None if there is none), without the copy of each
+        live vector that hnswlib keeps: a restore recomputes it, bit for bit, as the saved row times the saved
+        ``1 / norm`` -- exactly what :meth:`flush` handed to hnswlib. The vectors of elements where that does not
+        hold (labels removed since, marked deleted but still walked through) are kept in ``kept_vectors``."""
+        self.flush()
+        graph = self._graph
+        if graph is None or self._graph_live == 0:
+            return None
+        state = graph.__getstate__()[0]  # hnswlib's pickle state: a dict of parameters and array copies
+        count = int(state["cur_element_count"])
+        width = int(state["size_data_per_element"])
+        at, end = int(state["offset_data"]), int(state["offset_data"]) + 4 * self.dim
+        level0 = np.asarray(state.pop("data_level0")).view(np.uint8).reshape(count, width)
+        stored = level0[:, at:end].view(np.float32)  # (count, dim), strided
+        # Copies go through 4-byte views: numpy copies strided uint8 slices a byte at a time (~100x slower).
+        # hnswlib's layout is all 4-byte words (links, float32 data, 8-byte label).
+        words, label_word = level0.view(np.uint32), int(state["label_offset"]) // 4
+        labels = words[:, label_word : label_word + 2].copy().view("<u8")[:, 0]
+        live = np.zeros(count, dtype=np.bool_)
+        in_range = labels < self._in_graph.size
+        candidates = np.flatnonzero(in_range)
+        live[candidates] = self._in_graph.view()[labels[candidates].astype(np.int64)]
+        live_ids = np.flatnonzero(live)
+        same = np.zeros(count, dtype=np.bool_)
+        for part in _chunks(live_ids):
+            owners = labels[part].astype(np.int64)
+            expected = self.rows(owners) * self._scale.view()[owners][:, None]  # what flush() computed
+            same[part] = (expected.view(np.uint32) == stored[part].view(np.uint32)).all(axis=1)
+        kept = np.flatnonzero(~same)
+        stripped = np.concatenate([words[:, : at // 4], words[:, end // 4 :]], axis=1).view(np.uint8)
+        del level0
+        levels = np.asarray(state.pop("element_levels"), dtype="<i4")[:count]
+        arrays = {
+            "level0": stripped,
+            "levels": levels,
+            "links": np.asarray(state.pop("link_lists")).view(np.uint8),
+            "kept": kept.astype("<i8"),
+            "kept_vectors": np.ascontiguousarray(stored[kept]),
+        }
+        params = {k: v for k, v in state.items() if isinstance(v, (bool, int, float, str))}
+        # hnswlib's label table is each element's own label (which the element block holds): not stored.
+        return {"params": params, **arrays}
+
+    def _graph_from_file(self, path: str, slots: npt.NDArray[np.int64]) -> hnswlib.Index:
         graph = hnswlib.Index(space="ip", dim=self.dim)
         try:
             graph.load_index(path, max_elements=max(1024, 2 * (int(slots.max()) + 1)))
         except (RuntimeError, ValueError) as exc:
             raise GraphMismatch(str(exc)) from None
-        labels = np.asarray(graph.get_ids_list(), dtype=np.int64)
-        # Every restored vector must be a label of the graph, and a few of them must hold the same unit
-        # vector: a graph saved for other data would otherwise answer with wrong slots.
-        if graph.dim != self.dim or len(labels) < len(slots) or not np.isin(slots, labels).all():
+        return graph
+
+    def _graph_from_state(
+        self, state: dict[str, Any], slots: npt.NDArray[np.int64], matrix: npt.NDArray[np.float32]
+    ) -> tuple[hnswlib.Index, npt.NDArray[np.int64]]:
+        """Rebuild an hnswlib index from an :meth:`export_graph` state, putting back the live vectors; returns
+        it and the labels it holds beyond ``slots``. Every size and id that hnswlib would trust is checked
+        first: a bad one raises :class:`GraphMismatch`."""
+        try:
+            params = dict(state["params"])
+            count, width = int(params["cur_element_count"]), int(params["size_data_per_element"])
+            at, label_at = int(params["offset_data"]), int(params["label_offset"])
+            per_link, max_m0 = int(params["size_links_per_element"]), int(params["max_M0"])
+            level0 = np.asarray(state["level0"], dtype=np.uint8)
+            levels = np.asarray(state["levels"], dtype=np.int32)
+            links = np.asarray(state["links"], dtype=np.uint8)
+            kept = np.asarray(state["kept"], dtype=np.int64)
+            kept_vectors = np.asarray(state["kept_vectors"], dtype=np.float32).reshape(len(kept), self.dim)
+            if params["space"] != "ip" or int(params["dim"]) != self.dim or count < 1:
+                raise GraphMismatch("the graph is of another space or dimension")
+            end = at + 4 * self.dim
+            if label_at != end or width != end + 8 or at != 4 + 4 * max_m0 or per_link != 4 + 4 * int(params["max_M"]):
+                raise GraphMismatch("the graph's element layout is not hnswlib's")
+            if level0.size != count * (width - 4 * self.dim) or len(levels) != count:
+                raise GraphMismatch("the graph's arrays have the wrong sizes")
+            if levels.min() < 0:
+                raise GraphMismatch("the graph has negative levels")
+            if int(params["max_level"]) != int(levels.max()) or not 0 <= int(params["enterpoint_node"]) < count:
+                raise GraphMismatch("the graph's entry point is out of range")
+            if links.size != per_link * int(levels.sum()):
+                raise GraphMismatch("the graph's upper layers have the wrong size")
+            if len(kept) and (int(kept.min()) < 0 or int(kept.max()) >= count):
+                raise GraphMismatch("kept vectors of elements the graph does not have")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GraphMismatch(f"incomplete graph state: {exc}") from None
+        level0 = level0.reshape(count, width - 4 * self.dim)
+        words = level0.view(np.uint32)  # 4-byte views: strided uint8 copies are a byte at a time (~100x slower)
+        labels = words[:, at // 4 : at // 4 + 2].copy().view("<u8")[:, 0]
+        _check_neighbours(words[:, : at // 4], max_m0, count)
+        if len(links):
+            _check_neighbours(links.reshape(-1, per_link).view(np.uint32), int(params["max_M"]), count)
+        # Every restored vector must be an element; the others must have kept their vectors.
+        ascending = count < 2 or bool((labels[1:] > labels[:-1]).all())  # usual: added in slot order
+        order = np.arange(count) if ascending else np.argsort(labels, kind="stable")
+        if (np.diff(labels[order]) == 0).any():
+            raise GraphMismatch("two elements of the graph have the same label")
+        found = np.searchsorted(labels, slots, sorter=order)
+        if len(labels) < len(slots) or (found >= count).any():
             raise GraphMismatch("the graph's labels do not cover the restored vectors")
+        internal = order[found]
+        if not np.array_equal(labels[internal], slots.astype(np.uint64)):
+            raise GraphMismatch("the graph's labels do not cover the restored vectors")
+        filled = np.zeros(count, dtype=np.bool_)
+        filled[internal] = True
+        extra = labels[~filled].astype(np.int64)  # elements of removed vectors (their vectors were kept)
+        filled[kept] = True
+        if not filled.all():
+            raise GraphMismatch("the graph lacks the vectors of some elements")
+        data = np.empty((count, width), dtype=np.uint8)
+        data_words = data.view(np.uint32)
+        data_words[:, : at // 4] = words[:, : at // 4]
+        data_words[:, end // 4 :] = words[:, at // 4 :]
+        vectors = data[:, at:end].view(np.float32)
+        in_order = bool((internal == np.arange(len(internal))).all())  # the usual case: no scatter needed
+        for start in range(0, len(slots), _CHUNK):
+            scale = self._scale.view()[slots[start : start + _CHUNK]]
+            unit = matrix[start : start + _CHUNK] * scale[:, None]  # bit for bit what flush() gave hnswlib
+            if in_order:
+                vectors[start : start + len(unit)] = unit
+            else:
+                vectors[internal[start : start + _CHUNK]] = unit
+        vectors[kept] = kept_vectors
+        max_elements = max(1024, count, 2 * (int(slots.max()) + 1))
+        padded = np.zeros(max_elements, dtype=np.int32)
+        padded[:count] = levels
+        full = {
+            **params,
+            "max_elements": max_elements,
+            "data_level0": data.reshape(-1).view(np.int8),
+            "element_levels": padded,
+            "link_lists": links.view(np.int8),
+            "label_lookup_external": labels,
+            "label_lookup_internal": np.arange(count, dtype=np.uint32),
+        }
+        graph = hnswlib.Index.__new__(hnswlib.Index)
+        try:
+            graph.__setstate__((full,))
+        except (RuntimeError, ValueError, TypeError, KeyError) as exc:
+            raise GraphMismatch(str(exc)) from None
+        return graph, extra
+
+    def _adopt_graph(self, slots: npt.NDArray[np.int64], extra: npt.NDArray[np.int64] | None = None) -> None:
+        """Take ``self._graph`` (just loaded) as the graph of ``slots``, after checking that it holds them;
+        ``extra`` are its other labels when the caller has already checked that (else they are worked out)."""
+        graph = self._graph
+        assert graph is not None
+        if graph.dim != self.dim:
+            raise GraphMismatch("the graph has another dimension")
+        if extra is None:
+            labels = np.asarray(graph.get_ids_list(), dtype=np.int64)
+            # Every restored vector must be a label of the graph, and a few of them must hold the same unit
+            # vector: a graph saved for other data would otherwise answer with wrong slots.
+            if len(labels) < len(slots) or not np.isin(slots, labels).all():
+                raise GraphMismatch("the graph's labels do not cover the restored vectors")
+            extra = np.setdiff1d(labels, slots, assume_unique=True)
         sample = slots[np.linspace(0, len(slots) - 1, num=min(16, len(slots)), dtype=np.int64)]
         try:
             stored = np.asarray(graph.get_items(sample, return_type="numpy"), dtype=np.float32)
@@ -236,12 +408,10 @@ class VectorIndex:
             raise GraphMismatch(str(exc)) from None
         if not np.allclose(stored, self._unit_rows(sample), atol=1e-6):
             raise GraphMismatch("the graph holds different vectors")
-        extra = np.setdiff1d(labels, slots, assume_unique=True)
         for slot in extra.tolist():  # labels of vectors removed since the graph was saved
             with contextlib.suppress(RuntimeError):  # already marked deleted in the saved graph
                 graph.mark_deleted(slot)
         graph.set_ef(self._efs)
-        self._graph = graph
         self._in_graph.view()[slots] = True
         self._graph_live = len(slots)
 
@@ -320,6 +490,27 @@ class VectorIndex:
 def _chunks(slots: npt.NDArray[np.int64]) -> Iterator[npt.NDArray[np.int64]]:
     for start in range(0, len(slots), _CHUNK):
         yield slots[start : start + _CHUNK]
+
+
+def _plausible_scales(matrix: npt.NDArray[np.float32], scales: npt.NDArray[np.float32]) -> bool:
+    """Whether saved ``1 / norm`` values fit a sample of the rows (else they are recomputed, never used)."""
+    sample = np.linspace(0, len(matrix) - 1, num=min(16, len(matrix)), dtype=np.int64)
+    rows = matrix[sample].astype(np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    expected = 1.0 / np.where(norms > 0, norms, 1.0)
+    return bool(np.allclose(scales[sample], expected, rtol=1e-5, atol=0.0))
+
+
+def _check_neighbours(lists: npt.NDArray[np.uint32], max_m: int, count: int) -> None:
+    """Raise :class:`GraphMismatch` unless every link list (``u32 header | max_m u32 ids``, one per row) names
+    at most ``max_m`` neighbours, all existing elements: hnswlib follows them without checking."""
+    lists = np.ascontiguousarray(lists[:, : max_m + 1])
+    sizes = lists[:, 0] & 0xFFFF
+    if len(sizes) and int(sizes.max()) > max_m:
+        raise GraphMismatch("a link list is longer than the graph allows")
+    used = np.arange(max_m)[None, :] < sizes[:, None]
+    if used.any() and int(lists[:, 1:][used].max()) >= count:
+        raise GraphMismatch("a link points to an element the graph does not have")
 
 
 def _merge(a: list[tuple[int, float]], b: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
