@@ -357,6 +357,18 @@ def test_resume_orders_each_group_by_reference_time() -> None:
     assert live_homes(memory, "g") == ["Rome"]
 
 
+def test_waiting_on_a_queued_episode_this_ingestor_never_took_on_fails_at_once() -> None:
+    """An episode queued in the memory before this ingestor started would never finish here: no silent hang."""
+    memory = make_memory(RulesLLM())
+    queued = memory.queue_episode("Ann: I LIVES_IN Rome.", group_id="g", reference_time="2024-03-01T00:00:00Z")
+    with BackgroundIngestor(memory, workers=1) as ingestor:
+        with pytest.raises(ValidationError, match="resume"):
+            ingestor.wait(queued.id, timeout=WAIT)
+        assert ingestor.status(queued.id).state == "queued"
+        ingestor.resume()
+        assert ingestor.wait(queued.id, timeout=WAIT).state == "done"
+
+
 def test_resume_does_not_queue_again_what_finished_while_it_read_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     llm = GateLLM()
     memory = make_memory(llm)

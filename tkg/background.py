@@ -362,6 +362,15 @@ class BackgroundIngestor:
                 _resolve(future, current)
             elif self._stopping:
                 future.set_exception(self._closed_with(episode_id))
+            elif episode_id not in self._states and episode_id not in self._reserved:
+                # queued in the memory (by another ingestor or process, or before a load) but never taken on
+                # here: nothing would ever resolve the wait
+                future.set_exception(
+                    ValidationError(
+                        f"episode {episode_id} is {current.state} in the memory but not in this ingestor's queue: "
+                        "call resume() to take it on, then wait"
+                    )
+                )
             else:
                 self._watchers.setdefault(episode_id, []).append(future)
         return future
