@@ -582,13 +582,20 @@ def open_for_pictures(path: Path) -> Memory:
     return Memory.load(path, embedder=HashEmbedder(dim=dim), check_embedder=False)
 
 
-def cmd_timeline(args: argparse.Namespace) -> int:
-    """``tkg timeline``: draw an entity's fact timeline as PNG or SVG."""
+def _picture_subject(args: argparse.Namespace) -> tuple[Memory, Entity, datetime | None, datetime | None]:
+    """What ``tkg timeline`` and ``tkg graph`` draw: the snapshot's memory, the named entity, and the view times."""
     from tkg import pictures
 
     as_of, known_at = cli_time(args.as_of, "--as-of"), cli_time(args.known_at, "--known-at")
     memory = open_for_pictures(Path(args.snapshot))
-    entity = pictures.find_entity(memory, args.entity, group_ids=args.group)
+    return memory, pictures.find_entity(memory, args.entity, group_ids=args.group), as_of, known_at
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """``tkg timeline``: draw an entity's fact timeline as PNG or SVG."""
+    from tkg import pictures
+
+    memory, entity, as_of, known_at = _picture_subject(args)
     result = pictures.render_timeline(
         memory, entity.id, Path(args.out), format=args.format, as_of=as_of, known_at=known_at, max_facts=args.max_facts
     )
@@ -605,9 +612,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     """``tkg graph``: write an entity's neighbourhood as a self-contained HTML page."""
     from tkg import pictures
 
-    as_of, known_at = cli_time(args.as_of, "--as-of"), cli_time(args.known_at, "--known-at")
-    memory = open_for_pictures(Path(args.snapshot))
-    entity = pictures.find_entity(memory, args.entity, group_ids=args.group)
+    memory, entity, as_of, known_at = _picture_subject(args)
     result = pictures.render_neighbourhood(
         memory, entity.id, Path(args.out), depth=args.depth, as_of=as_of, known_at=known_at, limit=args.limit
     )
