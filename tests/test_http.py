@@ -320,6 +320,45 @@ def test_keys_are_required_everywhere(service: Service) -> None:
     assert c.get("/v1/groups", headers={"X-API-Key": KEY_DEMO}).status_code == 200
 
 
+def _read_one_response(sock: socket.socket) -> str:
+    """One HTTP/1.1 response with a Content-Length, read whole from a socket that stays open."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {data!r}"
+        body += chunk
+    assert len(body) == length, "more bytes than one response"
+    return (head + b"\r\n\r\n" + body).decode()
+
+
+def test_a_refused_key_leaves_the_connection_usable(service: Service) -> None:
+    # The body arrives after the headers (as it may from any client): the server reads it before answering 401, so
+    # it never closes a socket with unread bytes on it (which resets the connection, and the client can lose the
+    # answer), and the same connection then carries the next request.
+    host, port = service.base_url.removeprefix("http://").split(":")
+    body = b'{"query": "Alice"}'
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = (
+            f"POST /v1/facts/search HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer not-a-key\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        time.sleep(0.3)
+        sock.sendall(body)
+        first = _read_one_response(sock)
+        assert first.startswith("HTTP/1.1 401"), first
+        assert "connection: close" not in first.lower(), first
+        sock.sendall(f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        second = _read_one_response(sock)
+    assert second.startswith("HTTP/1.1 200"), second
+
+
 def test_bad_requests_are_refused_and_change_nothing(service: Service) -> None:
     c, before = service.client, service.state()
     h = auth(KEY_DEMO)

@@ -178,8 +178,10 @@ def _key_from(headers: Mapping[str, str]) -> str | None:
 
 
 class _Gate:
-    """ASGI middleware: 401 for a missing or unknown key on ``/v1/`` (before the body is read), 413 for a body
-    over the limit (from Content-Length without reading it, or as soon as a chunked body passes the limit)."""
+    """ASGI middleware: 401 for a missing or unknown key on ``/v1/`` (before the application sees the request; a
+    body within the limit is read and dropped first, so the connection stays usable and the client is not reset
+    before it reads the answer), 413 for a body over the limit (from Content-Length without reading it, or as soon
+    as a chunked body passes the limit)."""
 
     def __init__(self, app: "ASGIApp", ring: "KeyRing", max_body_bytes: int) -> None:
         self.app = app
@@ -201,7 +203,10 @@ class _Gate:
                     if key
                     else "missing API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'"
                 )
-                await _send_error(send, 401, "unauthorized", detail, {"www-authenticate": "Bearer"})
+                # Read a body within the limit before answering: closing a socket with unread bytes on it makes
+                # the kernel reset the connection, and the client may lose the 401 it was sent.
+                drained = await self._drain(receive, headers)
+                await _send_error(send, 401, "unauthorized", detail, {"www-authenticate": "Bearer"}, close=not drained)
                 return
             scope.setdefault("state", {})[_STATE_KEY] = groups
         length = headers.get("content-length")
@@ -228,19 +233,43 @@ class _Gate:
 
         await self.app(scope, limited_receive, send)
 
+    async def _drain(self, receive: "Receive", headers: Mapping[str, str]) -> bool:
+        """Read and drop the request body if it fits the size limit; False when it does not (or cannot be read)."""
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return False
+        if length == "0" or (length is None and "transfer-encoding" not in headers):
+            return True
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False
+            received += len(message.get("body", b""))
+            if received > self.max_body_bytes:
+                return False
+            if not message.get("more_body", False):
+                return True
+
     def _too_large(self, length: int | None) -> str:
         size = f"{length:,} bytes" if length is not None else "the body"
         return f"request body too large: {size} over the limit of {self.max_body_bytes:,} bytes"
 
 
 async def _send_error(
-    send: "Send", status: int, error: str, detail: str, headers: Mapping[str, str] | None = None
+    send: "Send",
+    status: int,
+    error: str,
+    detail: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    close: bool = True,
 ) -> None:
     body = json.dumps({"error": error, "detail": detail}).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    # Connection: close, since the request body may be left unread on the socket.
-    raw.append((b"connection", b"close"))
+    if close:  # the request body is left unread on the socket, so the connection cannot be reused
+        raw.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
