@@ -199,6 +199,12 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
         "restored": memory.store.stats().get("restored", {}),
         "search": _search(memory, queries, args.warmup),
     }
+    if args.profile and out["search"]["ms"]["p95"] >= TARGET_SEARCH_MS:
+        out["search_profile"] = bench_core.profile(
+            f"search after a load at N={n_facts:,}",
+            lambda: [memory.search(q, group_ids=[GROUP], limit=10) for q in queries[args.warmup :]],
+            args.queries,
+        )
     if args.profile and load_s >= TARGET_SNAPSHOT_S:
         import cProfile
         import io
@@ -417,6 +423,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="InMemoryStore(threads=...) for the HNSW build")
     parser.add_argument("--profile", action="store_true", help="cProfile search / load where a target is missed")
+    parser.add_argument(
+        "--keep-snapshots",
+        metavar="DIR",
+        help="write each size's snapshot to DIR/scale-N.tkg and keep it (to profile loads without a rebuild: "
+        "python benchmarks/bench_scale.py --load-only DIR --sizes N)",
+    )
+    parser.add_argument(
+        "--load-only", metavar="DIR", help="skip the builds; load and search DIR/scale-N.tkg kept by --keep-snapshots"
+    )
     parser.add_argument("--out", default=str(bench_core.OUT_DIR / f"{NAME}.json"))
     parser.add_argument("--worker", choices=["build", "load"], help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", help=argparse.SUPPRESS)
@@ -438,16 +453,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = bench_core.datetime.now(bench_core.UTC).isoformat()
     t0 = time.perf_counter()
     results = []
+    if args.load_only:
+        for n in args.sizes:
+            snapshot = Path(args.load_only) / f"scale-{n}.tkg"
+            print(f"-- {n:,} facts: load {snapshot} ...", flush=True)
+            loaded = run_worker("load", n, args, snapshot)
+            print(json.dumps({k: v for k, v in loaded.items() if not k.endswith("profile")}, indent=1))
+            for key in ("load_profile", "search_profile"):
+                if key in loaded:
+                    print(loaded[key])
+        return 0
+    kept = Path(args.keep_snapshots) if args.keep_snapshots else None
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(
         prefix="tkg-scale-", dir=bench_core.OUT_DIR if bench_core.OUT_DIR.is_dir() else None
     ) as tmp:
         for n in args.sizes:
-            snapshot = Path(tmp) / f"scale-{n}.tkg"
+            snapshot = (kept or Path(tmp)) / f"scale-{n}.tkg"
             print(f"-- {n:,} facts: build ...", flush=True)
             result = run_worker("build", n, args, snapshot)
             print(f"-- {n:,} facts: load ...", flush=True)
             result["loaded"] = run_worker("load", n, args, snapshot)
-            snapshot.unlink(missing_ok=True)
+            if kept is None:
+                snapshot.unlink(missing_ok=True)
             results.append(result)
     payload = build_payload(results, args, started, time.perf_counter() - t0)
     render.print_tables(payload)

@@ -33,11 +33,17 @@ _CHUNK_ROWS = 16384  # rows per matrix chunk that new vectors are appended to
 
 
 def top_k(slots: npt.NDArray[np.int64], scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
-    """The ``k`` best (slot, score) pairs, best first; ties broken by slot for determinism."""
+    """The ``k`` best (slot, score) pairs, best first; equal scores in slot order, also at the cut (so the result
+    depends only on the set of (slot, score) pairs, never on their order in the arrays)."""
     if len(slots) == 0 or k <= 0:
         return []
     if len(slots) > k:
-        part = np.argpartition(-scores, k - 1)[:k]
+        kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+        better = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)
+        if len(better) + len(tied) > k:  # only the lowest slots among the scores equal to the k-th one
+            tied = tied[np.argsort(slots[tied], kind="stable")[: k - len(better)]]
+        part = np.concatenate([better, tied])
         slots, scores = slots[part], scores[part]
     order = np.lexsort((slots, -scores))
     return [(int(slots[i]), float(scores[i])) for i in order]
