@@ -8,7 +8,7 @@ scores, so the choice among tied documents is compared too.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import bm25s
 import numpy as np
@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tkg.backends.memory import text as text_module
+from tkg.backends.memory import vectors as vectors_module
 from tkg.backends.memory.text import TextIndex, score_postings, tokenize
 from tkg.backends.memory.vectors import top_k
 
@@ -38,17 +39,6 @@ def dense_share(share: float) -> Iterator[None]:
         yield
     finally:
         text_module._DENSE_SHARE = saved
-
-
-@contextmanager
-def pruning(on: bool) -> Iterator[None]:
-    """Try exact top-k pruning on every query (on) or never (off)."""
-    saved = text_module._PRUNE_FROM, text_module._PRUNE_CANDIDATES_SHARE
-    text_module._PRUNE_FROM, text_module._PRUNE_CANDIDATES_SHARE = (0, 1.0) if on else (2**62, 0.0)
-    try:
-        yield
-    finally:
-        text_module._PRUNE_FROM, text_module._PRUNE_CANDIDATES_SHARE = saved
 
 
 def bm25(corpus: list[list[str]]) -> bm25s.BM25:
@@ -157,7 +147,7 @@ operation_st = st.one_of(
     mask_seed=st.integers(0, 2**32 - 1),
     k=st.integers(1, 12),
     share=st.sampled_from([0.0, float("inf")]),
-    prune=st.booleans(),
+    sampled=st.booleans(),
 )
 def test_search_equals_the_dense_bm25s_search(
     initial: list[str],
@@ -166,7 +156,7 @@ def test_search_equals_the_dense_bm25s_search(
     mask_seed: int,
     k: int,
     share: float,
-    prune: bool,
+    sampled: bool,
 ) -> None:
     corpus = Corpus()
     index = TextIndex(corpus, min_rebuild=8)
@@ -192,7 +182,7 @@ def test_search_equals_the_dense_bm25s_search(
     live = np.fromiter(sorted(corpus.texts), dtype=np.int64, count=len(corpus.texts))
     restored.restore(index.export(), live, corpus.texts.__getitem__)
 
-    with dense_share(share), pruning(prune):
+    with dense_share(share), sampling_everywhere() if sampled else nullcontext():
         for query in queries:
             for mask in masks:
                 want = reference_search(index, query, k, mask)
@@ -249,7 +239,7 @@ def test_dense_and_sparse_merges_agree_on_a_larger_corpus(share: float) -> None:
 )
 def test_top_k_breaks_ties_by_slot_even_at_the_cut(scores: list[float], k: int, seed: int) -> None:
     # Few distinct scores, so ties straddle the k-th place: the result must be the k lowest (-score, slot) pairs
-    # whatever the order of the arrays (a pruned search hands top_k other arrays than a full one).
+    # whatever the order of the arrays (callers hand top_k candidates gathered in different orders).
     rng = np.random.default_rng(seed)
     slots = rng.choice(1000, size=len(scores), replace=False).astype(np.int64)
     values = np.array(scores, dtype=np.float32)
@@ -259,73 +249,52 @@ def test_top_k_breaks_ties_by_slot_even_at_the_cut(scores: list[float], k: int, 
     assert top_k(slots[order], values[order], k) == expected
 
 
-def test_pruned_search_skips_the_common_terms_and_gives_the_exact_top_k() -> None:
-    # 3,000 documents say "work"; 40 also name a rare person, some twice. The top 5 for "alice work" are among the
-    # "alice" documents, and pruning proves it from the bounds without scoring the 3,000 "work" postings.
-    texts = {slot: "work place" + (" work" * (slot % 3)) for slot in range(3000)}
-    for slot in range(0, 3000, 75):
-        texts[slot] = "alice" + (" alice" * (slot % 2)) + " work"
-    corpus = Corpus()
-    corpus.texts.update(texts)
-    index = TextIndex(corpus)
-    index.rebuild()
-    mask = np.ones(3000, dtype=np.bool_)
-    mask[::150] = False  # half the alice documents are out of scope
-    main = index._main
-    assert main is not None and index._bounds is not None and index._bounds.ascending
-    ids = main.get_tokens_ids(["alic", "work"])
-    current, slots = index._main_current.view(), index._main_slots
-    pruned = text_module.pruned_scores(main.scores, index._bounds, ids, 5, lambda p: current[slots[p]] & mask[slots[p]])
-    assert pruned is not None and len(pruned[0]) == 20  # only the alice documents in scope were scored
-    with pruning(True):
-        got = index.search("Alice work", 5, mask)
-    with pruning(False):
-        want = index.search("Alice work", 5, mask)
-    assert got == want == reference_search(index, "Alice work", 5, mask)
-    assert all(slot % 75 == 0 and slot % 150 for slot, _ in got)
-    # a query whose candidates cannot fill k in scope is not pruned (every posting is scored instead)
-    assert (
-        text_module.pruned_scores(main.scores, index._bounds, ids, 30, lambda p: current[slots[p]] & mask[slots[p]])
-        is None
-    )
-
-
-def test_bounds_refuse_pruning_on_columns_out_of_order() -> None:
-    model = bm25([["alpha", "beta"], ["alpha"], ["beta", "alpha"]])
-    assert text_module.Bounds(model.scores).ascending
-    crafted = {
-        "data": np.array([0.5, 0.25, 0.125], dtype=np.float32),
-        "indices": np.array([1, 0, 0], dtype=np.int32),
-        "indptr": np.array([0, 2, 3], dtype=np.int64),
-        "num_docs": 2,
-    }
-    bounds = text_module.Bounds(crafted)
-    assert not bounds.ascending and bounds.column_max.tolist() == [0.5, 0.125]
-    assert text_module.pruned_scores(crafted, bounds, [0, 1], 1, lambda p: np.ones(len(p), dtype=np.bool_)) is None
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None)
 @given(
-    seed=st.integers(0, 2**32 - 1),
-    n=st.integers(50, 600),
-    k=st.integers(1, 15),
-    mask_share=st.sampled_from([1.0, 0.7, 0.2]),
+    n=st.integers(0, 4000),
+    distinct=st.integers(1, 50),
+    k=st.integers(1, 25),
+    seed=st.integers(0, 2**16),
 )
-def test_pruned_search_equals_the_full_search_on_skewed_corpora(seed: int, n: int, k: int, mask_share: float) -> None:
-    # Zipf-like word frequencies, as in real text: a few words in most documents, many in a few, so the bounds
-    # prune often; ties are common (short documents from few words).
+def test_top_k_with_a_sampled_floor_is_exact(n: int, distinct: int, k: int, seed: int) -> None:
+    # Many candidates take the sampled-floor path (forced here at any size); ties are frequent and fall at the cut.
     rng = np.random.default_rng(seed)
-    vocabulary = [f"w{i}x" for i in range(40)]
-    weights = 1 / np.arange(1, 41) ** 1.1
-    weights /= weights.sum()
-    corpus = Corpus()
-    for slot in range(n):
-        corpus.texts[slot] = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 9)), p=weights))
-    index = TextIndex(corpus)
-    index.rebuild()
-    mask = rng.random(n) < mask_share
-    for _ in range(8):
-        query = " ".join(rng.choice(vocabulary, size=int(rng.integers(2, 6)), p=weights[::-1] / weights.sum()))
-        with pruning(True):
-            got = index.search(query, k, mask)
-        assert got == reference_search(index, query, k, mask), query
+    slots = rng.choice(10 * n + 1, size=n, replace=False).astype(np.int64)
+    values = (rng.integers(0, distinct, size=n) / distinct).astype(np.float32)
+    expected = sorted(zip(slots.tolist(), values.tolist(), strict=True), key=lambda p: (-p[1], p[0]))[:k]
+    with sampling_everywhere():
+        assert top_k(slots, values, k) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    n=st.integers(0, 3000),
+    distinct=st.integers(1, 30),
+    k=st.integers(1, 25),
+    kept_share=st.sampled_from([1.0, 0.5, 0.05]),
+    seed=st.integers(0, 2**16),
+)
+def test_dense_candidates_hold_the_exact_top_k(n: int, distinct: int, k: int, kept_share: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    scores = (rng.integers(0, distinct, size=n) / distinct).astype(np.float32)  # zeros are no match
+    kept = rng.random(n) < kept_share
+    everything = np.flatnonzero((scores > 0) & kept)
+    expected = top_k(everything, scores[everything], k)
+    with sampling_everywhere():
+        found = vectors_module.dense_candidates(scores, lambda at: kept[at], k)
+    if found is not None:
+        assert bool(kept[found].all()) and top_k(found, scores[found], k) == expected
+    # the floor is used whenever the sample holds k accepted matches
+    if n >= 2 * k and np.count_nonzero((scores[:: n // k] > 0) & kept[:: n // k]) >= k:
+        assert found is not None
+
+
+@contextmanager
+def sampling_everywhere() -> Iterator[None]:
+    """Take top_k's sampled floor at any size, from a sample of k (the smallest allowed)."""
+    saved = vectors_module._SAMPLE_FROM, vectors_module._SAMPLE_PER_K
+    vectors_module._SAMPLE_FROM, vectors_module._SAMPLE_PER_K = 0, 1
+    try:
+        yield
+    finally:
+        vectors_module._SAMPLE_FROM, vectors_module._SAMPLE_PER_K = saved

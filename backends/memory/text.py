@@ -26,7 +26,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from .arrays import Column
-from .vectors import Mask, top_k
+from .vectors import Mask, dense_candidates, top_k
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(STOPWORDS_EN)
@@ -107,88 +107,6 @@ def score_postings(
     return documents[positive].astype(np.int64), sums[positive]
 
 
-class Bounds:
-    """What exact top-k pruning needs of a bm25s index: each column's largest posting (an upper bound of the
-    token's contribution to any document's score), and whether every column lists its documents in strictly
-    ascending order (bm25s's own matrices do; a lookup by binary search, and summing like bm25s, rely on it)."""
-
-    def __init__(self, index: dict[str, Any]) -> None:
-        data, indices, indptr = _canonical(index["data"]), index["indices"], np.asarray(index["indptr"])
-        starts, ends = indptr[:-1], indptr[1:]
-        self.column_max = np.zeros(len(starts), dtype=np.float64)
-        filled = ends > starts
-        if len(data) and filled.any():
-            self.column_max[filled] = np.maximum.reduceat(data, starts[filled])
-        # ascending within columns: every step up, except where a new column starts
-        steps_up = np.diff(indices.astype(np.int64)) > 0
-        column_start = np.zeros(len(steps_up), dtype=np.bool_)
-        inner = starts[(starts > 0) & (starts < len(indices))]
-        column_start[inner - 1] = True
-        self.ascending = bool(np.all(steps_up | column_start))
-
-
-# Pruning is tried when a query's postings pass this many; it gives up (and scores every posting) when the
-# documents holding the query's rarer terms pass this share of the index.
-_PRUNE_FROM = 4096
-_PRUNE_CANDIDATES_SHARE = 1 / 16
-
-
-def pruned_scores(
-    index: dict[str, Any],
-    bounds: Bounds,
-    token_ids: Sequence[int],
-    k: int,
-    keep: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
-    """Exact top-k without reading every posting (MaxScore): the documents holding the query's high-impact
-    tokens are scored first; once the k-th best of them (among those ``keep`` accepts) beats the most that the
-    remaining tokens could add up to, no document outside them can enter the top k. Returns those candidate
-    documents (ascending, kept, positive) with their complete scores, bit for bit what :func:`score_postings`
-    gives them, or None when the index or the query does not allow pruning (the caller scores everything).
-
-    ``token_ids`` must be distinct."""
-    if not bounds.ascending or k <= 0 or len(set(token_ids)) != len(token_ids):
-        return None
-    spans = [(t, a, b) for t, (a, b) in zip(token_ids, _spans_all(index, token_ids), strict=True) if b > a]
-    if len(spans) < 2:
-        return None
-    data, indices = _canonical(index["data"]), index["indices"]
-    limit = _PRUNE_CANDIDATES_SHARE * int(index["num_docs"])
-    by_impact = sorted(spans, key=lambda span: -bounds.column_max[span[0]])
-    rest = np.cumsum([bounds.column_max[t] for t, _, _ in by_impact][::-1])[::-1]  # rest[j]: tokens j.. at most
-    for j in range(1, len(by_impact)):
-        # float32 sums of the remaining tokens may round a hair above their exact sum
-        ceiling = float(rest[j]) * (1 + 1e-5) + 1e-30
-        chosen = by_impact[:j]
-        if sum(b - a for _, a, b in chosen) > limit:
-            return None
-        documents, inverse = np.unique(np.concatenate([indices[a:b] for _, a, b in chosen]), return_inverse=True)
-        partial = np.bincount(inverse, weights=np.concatenate([data[a:b] for _, a, b in chosen]))
-        kept = keep(documents.astype(np.int64))
-        if np.count_nonzero(kept) < k:
-            continue
-        kth = np.partition(partial[kept], -k)[-k] * (1 - 1e-5)  # a lower bound of the k-th best complete score
-        if ceiling >= kth:
-            continue
-        documents = documents[kept].astype(np.int64)
-        sums = np.zeros(len(documents), dtype=np.float32)
-        for _, a, b in spans:  # in query order, adding 0 where a document lacks the token: bm25s's float32 sums
-            column = indices[a:b]
-            at = np.minimum(np.searchsorted(column, documents), b - a - 1)
-            found = column[at] == documents
-            sums += np.where(found, data[a + at], np.float32(0))
-        positive = sums > 0
-        return documents[positive], sums[positive]
-    return None
-
-
-def _spans_all(index: dict[str, Any], token_ids: Sequence[int]) -> list[tuple[int, int]]:
-    """Like :func:`_spans`, one range per token id, empty for ids without a column."""
-    indptr = index["indptr"]
-    columns = len(indptr) - 1
-    return [(int(indptr[t]), int(indptr[t + 1])) if 0 <= t < columns else (0, 0) for t in token_ids]
-
-
 class TextMismatch(Exception):
     """A persisted BM25 index does not fit the documents it was restored next to (the caller rebuilds it)."""
 
@@ -201,7 +119,6 @@ class TextIndex:
         self._source = source  # every live (slot, text), for rebuilds
         self._count = 0  # live documents
         self._main: bm25s.BM25 | None = None
-        self._bounds: Bounds | None = None  # of the main index, for pruned searches
         self._main_slots = np.zeros(0, dtype=np.int64)  # main position -> slot
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
         self._main_df: Counter[str] = Counter()
@@ -271,7 +188,6 @@ class TextIndex:
         if len(slots):
             self._main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene")
             self._main.index([tokens or [""] for tokens in corpus], show_progress=False)
-        self._bounds = Bounds(self._main.scores) if self._main is not None else None
         self._set_main(slots, np.ones(len(slots), dtype=np.bool_))
         self._main_df = Counter(term for tokens in corpus for term in set(tokens))
         self._main_len = sum(len(tokens) for tokens in corpus)
@@ -353,7 +269,6 @@ class TextIndex:
             main.unique_token_ids_set = set(main.vocab_dict.values())
             main.nonoccurrence_array = None
         self._main = main
-        self._bounds = Bounds(main.scores) if main is not None else None
         self._set_main(slots, current)
         self._main_df = Counter(dict(zip(df_terms, df_counts.tolist(), strict=True)))
         self._main_len = main_len
@@ -383,27 +298,22 @@ class TextIndex:
         return found[:k]
 
     def _search_main(self, index: dict[str, Any], ids: list[int], k: int, mask: Mask) -> list[tuple[int, float]]:
-        """The top ``k`` main documents for the token ids. top_k gets exactly the arrays that bm25s's dense scores
-        gave before (positive scores, slots ascending), so it picks the same documents among equal scores."""
+        """The top ``k`` main documents for the token ids: bm25s's scores, equal ones in slot order."""
         n = len(self._main_slots)
         spans = _spans(index, ids)
         total = sum(b - a for a, b in spans)
-        if total >= _PRUNE_FROM and self._bounds is not None:
-            current, slots_of = self._main_current.view(), self._main_slots
-            pruned = pruned_scores(
-                index, self._bounds, ids, k, lambda positions: current[slots_of[positions]] & mask[slots_of[positions]]
-            )
-            if pruned is not None:
-                return top_k(slots_of[pruned[0]], pruned[1], k)
         # Main positions are slots when no slot is missing (slots are sorted and distinct); then a query whose
         # postings cover a good share of the documents is masked with dense boolean ops, cheaper than gathering
         # the mask for each candidate.
         if total >= _DENSE_SHARE * n and int(self._main_slots[-1]) == n - 1:
             scores = _dense_scores(index, spans)
-            keep = scores > 0
-            keep &= self._main_current.view()[:n]
-            keep &= mask[:n]
-            positions = np.flatnonzero(keep)
+            current = self._main_current.view()
+            positions = dense_candidates(scores, lambda at: current[at] & mask[at], k)
+            if positions is None:
+                keep = scores > 0
+                keep &= current[:n]
+                keep &= mask[:n]
+                positions = np.flatnonzero(keep)
             return top_k(positions, scores[positions], k)
         positions, values = score_postings(index, ids)
         slots = self._main_slots[positions]
