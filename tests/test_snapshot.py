@@ -22,7 +22,17 @@ EMB = HashEmbedder(dim=16)
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12).filter(str.strip)
 days = st.integers(-3000, 3000).map(lambda d: T0 + timedelta(days=d, microseconds=d * 7 % 1_000_000))
 maybe_days = st.none() | days
-attributes = st.dictionaries(st.text(max_size=5), st.none() | st.integers(-5, 5) | st.text(max_size=5), max_size=3)
+# Keys include the codecs' tags: a user's map that looks like a tagged value must come back as that map.
+attribute_keys = st.text(max_size=5) | st.sampled_from(["__dt__", "__map__", "__float__", "__bytes__"])
+attributes = st.dictionaries(
+    attribute_keys,
+    st.recursive(
+        st.none() | st.integers(-5, 5) | st.text(max_size=5) | days | st.binary(max_size=4),
+        lambda inner: st.lists(inner, max_size=2) | st.dictionaries(attribute_keys, inner, max_size=2),
+        max_leaves=4,
+    ),
+    max_size=3,
+)
 
 
 @st.composite

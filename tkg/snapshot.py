@@ -64,7 +64,9 @@ FORMAT_VERSION = 3
 _HEADER = struct.Struct(">HQ32s")  # format 1: version, payload length, sha256 of the payload
 _VERSION = struct.Struct(">H")
 _TRAILER = struct.Struct(">QQ32s")  # format 2: table offset, table length, sha256 of the table
-_DT = "__dt__"
+DT_TAG = _DT = "__dt__"
+MAP_TAG = "__map__"  # wraps a user's map that would read as a tagged value
+_TAGS = frozenset({_DT, MAP_TAG})
 _NONE = np.iinfo(np.int64).min  # an absent optional datetime in an int64 column
 _CHUNK = 16 << 20  # bytes copied / hashed at a time
 _THREAD_MIN = 1 << 20  # chunks at least this big are hashed on a helper thread while they are written
@@ -86,12 +88,18 @@ def _encode_value(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_encode_value(v) for v in value]
     if isinstance(value, Mapping):
-        return {str(k): _encode_value(v) for k, v in value.items()}
+        return escape_map({str(k): _encode_value(v) for k, v in value.items()}, _TAGS)
     if isinstance(value, list):
         return [_encode_value(v) for v in value]
     if hasattr(value, "value") and isinstance(getattr(value, "value", None), str):  # StrEnum
         return value.value
     return value
+
+
+def escape_map(encoded: dict[str, Any], tags: frozenset[str]) -> dict[str, Any]:
+    """A user's map whose one key is a tag (``{"__dt__": 5}``) is wrapped as ``{"__map__": ...}``, so that it is
+    never read back as a tagged value. Shared by every tagged codec (snapshots, PostgreSQL's JSON)."""
+    return {MAP_TAG: encoded} if len(encoded) == 1 and next(iter(encoded)) in tags else encoded
 
 
 def encode_record(record: Record) -> dict[str, Any]:
@@ -102,6 +110,8 @@ def _decode_value(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and _DT in value:
             return from_micros(value[_DT])
+        if len(value) == 1 and MAP_TAG in value:
+            return {k: _decode_value(v) for k, v in value[MAP_TAG].items()}
         return {k: _decode_value(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_decode_value(v) for v in value]

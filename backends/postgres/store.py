@@ -45,6 +45,7 @@ from tkg.models import (
     search_text,
 )
 from tkg.names import normalize_name
+from tkg.snapshot import DT_TAG, MAP_TAG, escape_map
 from tkg.storage import Hit, WriteBatch
 from tkg.timeline import Scope
 from tkg.timeutil import from_micros, to_micros
@@ -58,7 +59,7 @@ T = TypeVar("T")
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
-_DT = "__dt__"
+_DT = DT_TAG  # the snapshots' tag
 _PAGE = 2000
 
 
@@ -72,6 +73,7 @@ COLUMNS: dict[Kind, list[str]] = {kind: _columns(kind) for kind in Kind}
 # -- attribute maps as json (datetimes tagged as in snapshots; bytes and non-finite floats tagged too) -----------
 _BYTES = "__bytes__"
 _FLOAT = "__float__"
+_TAGS = frozenset({_DT, _BYTES, _FLOAT, MAP_TAG})
 
 
 def _encode(value: Any) -> Any:
@@ -82,7 +84,7 @@ def _encode(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return {_BYTES: base64.b64encode(value).decode()}
     if isinstance(value, Mapping):
-        return {str(k): _encode(v) for k, v in value.items()}
+        return escape_map({str(k): _encode(v) for k, v in value.items()}, _TAGS)
     if isinstance(value, list | tuple):
         return [_encode(v) for v in value]
     return value
@@ -98,6 +100,8 @@ def _decode(value: Any) -> Any:
                 return float(inner)
             if tag == _BYTES:
                 return base64.b64decode(inner)
+            if tag == MAP_TAG:
+                return {k: _decode(v) for k, v in inner.items()}
         return {k: _decode(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_decode(v) for v in value]
