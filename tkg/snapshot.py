@@ -650,31 +650,38 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes], version: int) -> tuple[
     contents = Contents(records={}, version=version)
     times = _Times()
     refs: dict[str, str] = {}
-    hasher = ThreadPoolExecutor(1, thread_name_prefix="tkg-snapshot-hash")
+    # The (big) vectors sections are read and hashed on a helper thread, all of them queued at once, while the
+    # records, whose sections are verified as they are loaded, are decoded here: the records only need the
+    # matrices' shapes (they hold read-only views of the rows). Nothing is returned before every digest matches.
+    reader = ThreadPoolExecutor(1, thread_name_prefix="tkg-snapshot-read")
+    fetching: dict[Kind, tuple[str, Future[bytes], npt.NDArray[np.float32]]] = {}
     try:
+        for kind in ORDER:
+            vec_name = f"vectors/{kind.value}"
+            if f"records/{kind.value}" in places and vec_name in places and places[vec_name][1]:
+                offset, length, _ = places[vec_name]
+                rows = length // (4 * dim)
+                if rows * 4 * dim != length:
+                    raise SnapshotFormatError(f"{path} is corrupt: section {vec_name} is not whole vectors")
+                buffer = np.empty((rows, dim), dtype="<f4")
+                job = reader.submit(_read_into, f.fileno(), buffer, offset, f"{path} (section {vec_name})")
+                readable = buffer.view()
+                readable.setflags(write=False)
+                fetching[kind] = (vec_name, job, readable)
         for kind in ORDER:
             name = f"records/{kind.value}"
             if name not in places:
                 continue
             payload = msgpack.unpackb(load(name), raw=False, strict_map_key=False)
-            matrix = None
-            vec_name = f"vectors/{kind.value}"
-            if vec_name in places and places[vec_name][1]:
-                rows = places[vec_name][1] // (4 * dim)
-                if rows * 4 * dim != places[vec_name][1]:
-                    raise SnapshotFormatError(f"{path} is corrupt: section {vec_name} is not whole vectors")
-                matrix = load(vec_name, np.empty((rows, dim), dtype="<f4"), check=False)
-                matrix.setflags(write=False)  # type: ignore[union-attr]
-                # The (big) vectors section is hashed on a helper thread while this kind's records, whose own
-                # section is already verified, are decoded; nothing is returned before the digest matches.
-                hashing = hasher.submit(_digest, matrix)  # type: ignore[arg-type]
-            records, time_columns, vec_at = _decode_kind(kind, payload, matrix, times, refs)  # type: ignore[arg-type]
-            if matrix is not None:
-                verify(vec_name, hashing.result())
+            fetched = fetching.get(kind)
+            matrix = fetched[2] if fetched is not None else None
+            records, time_columns, vec_at = _decode_kind(kind, payload, matrix, times, refs)
             contents.records[kind] = records
             contents.times[kind] = time_columns
             if matrix is not None:
                 contents.vectors[kind] = (vec_at, matrix)  # type: ignore[assignment]
+        for vec_name, job, _ in fetching.values():
+            verify(vec_name, job.result())
         contents.indexes = _read_indexes(path, places, load, version)
     except SnapshotError:
         contents.close()
@@ -686,12 +693,21 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes], version: int) -> tuple[
         contents.close()
         raise SnapshotFormatError(f"{path} is corrupt: {exc!r}") from None
     finally:
-        hasher.shutdown(wait=True)
+        reader.shutdown(wait=True, cancel_futures=True)
     return meta, contents
 
 
-def _digest(array: npt.NDArray[Any]) -> bytes:
-    return hashlib.sha256(memoryview(array).cast("B")).digest()  # type: ignore[arg-type]
+def _read_into(fd: int, array: npt.NDArray[Any], offset: int, what: str) -> bytes:
+    """Fill ``array`` from the file at ``offset`` (positional reads: the caller's file position is not touched)
+    and return the sha256 of what was read."""
+    view = memoryview(array).cast("B")  # type: ignore[arg-type]
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done : done + (1 << 30)]], offset + done)
+        if got <= 0:
+            raise SnapshotFormatError(f"{what} is truncated")
+        done += got
+    return hashlib.sha256(view).digest()
 
 
 def _read_indexes(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import chain
@@ -745,19 +746,28 @@ class InMemoryStore:
         if slot_map is None:
             slot_map = {kind: np.arange(len(records.get(kind, ())), dtype=np.int64) for kind in Kind}
         report: dict[str, Any] = {"format": version, "graphs": {}, "text": {}}
-        for kind in Kind:
-            self._restore_table(kind, records.get(kind, []), slot_map[kind], contents.times.get(kind, {}))
-        for kind, index in self._vectors.items():
+
+        def restore_vectors(kind: Kind, index: VectorIndex) -> bool:
             recs = records.get(kind, [])
-            if not recs:
-                continue
             vec_at, matrix = contents.vectors.get(kind, (np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)))
             graph = indexes.get("graphs", {}).get(kind) if use_indexes else None
             scales = indexes.get("scales", {}).get(kind)
             if scales is not None:
                 scales = scales[vec_at] if len(scales) == len(recs) else None
-            loaded = index.restore(slot_map[kind][vec_at], matrix, graph, scales)
-            report["graphs"][kind.value] = "loaded" if loaded else "rebuilt"
+            return index.restore(slot_map[kind][vec_at], matrix, graph, scales)
+
+        # The vector indexes (big numpy copies, which release the GIL) are restored on a helper thread while the
+        # tables (Python objects and maps) are filled here: they share no state.
+        with ThreadPoolExecutor(1, thread_name_prefix="tkg-restore-vectors") as pool:
+            graphs = {
+                kind: pool.submit(restore_vectors, kind, index)
+                for kind, index in self._vectors.items()
+                if records.get(kind)
+            }
+            for kind in Kind:
+                self._restore_table(kind, records.get(kind, []), slot_map[kind], contents.times.get(kind, {}))
+            for kind, restored in graphs.items():
+                report["graphs"][kind.value] = "loaded" if restored.result() else "rebuilt"
         for kind, text in self._texts.items():
             table = self._tables[kind]
             state = indexes.get("text", {}).get(kind) if use_indexes else None

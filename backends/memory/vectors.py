@@ -30,6 +30,7 @@ from .arrays import Column
 Mask = npt.NDArray[np.bool_]
 _CHUNK = 8192  # rows scored at a time when an exact fallback scans many slots
 _CHUNK_ROWS = 16384  # rows per matrix chunk that new vectors are appended to
+_RESTORE_ROWS = 1 << 17  # rows per step when a restored graph gets its vectors back
 
 
 # From this many candidates, top_k first cuts them down with a floor taken from a strided sample of
@@ -403,13 +404,15 @@ class VectorIndex:
         data_words[:, end // 4 :] = words[:, at // 4 :]
         vectors = data[:, at:end].view(np.float32)
         in_order = bool((internal == np.arange(len(internal))).all())  # the usual case: no scatter needed
-        for start in range(0, len(slots), _CHUNK):
-            scale = self._scale.view()[slots[start : start + _CHUNK]]
-            unit = matrix[start : start + _CHUNK] * scale[:, None]  # bit for bit what flush() gave hnswlib
-            if in_order:
-                vectors[start : start + len(unit)] = unit
+        # Few, big numpy calls: a restore runs on a helper thread beside Python-heavy work, and each call here
+        # waits for the GIL.
+        scales = self._scale.view()[slots][:, None]
+        for start in range(0, len(slots), _RESTORE_ROWS):
+            stop = min(start + _RESTORE_ROWS, len(slots))
+            if in_order:  # bit for bit what flush() gave hnswlib
+                np.multiply(matrix[start:stop], scales[start:stop], out=vectors[start:stop])
             else:
-                vectors[internal[start : start + _CHUNK]] = unit
+                vectors[internal[start:stop]] = matrix[start:stop] * scales[start:stop]
         vectors[kept] = kept_vectors
         max_elements = max(1024, count, 2 * (int(slots.max()) + 1))
         padded = np.zeros(max_elements, dtype=np.int32)
