@@ -543,7 +543,9 @@ class CommunityTier:
             if before is None or entity.created_at == now:
                 self._bump(entity.group_id)
         for fact, previous in zip(facts.values(), stored_facts, strict=True):
-            was_live = isinstance(previous, Fact) and previous is not fact and scope.admits(previous)
+            # Equal, not identical: a backend may hand back a fresh copy of what was just written (PostgreSQL
+            # does), and counts must not depend on the backend.
+            was_live = isinstance(previous, Fact) and previous != fact and scope.admits(previous)
             if was_live != scope.admits(fact) or now in (fact.created_at, fact.expired_at):
                 self._bump(fact.group_id)
 
