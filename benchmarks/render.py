@@ -340,10 +340,12 @@ def results_markdown(
     machine: Mapping[str, Any],
     plot_files: Mapping[tuple[str, int], str] | None = None,
     missing: Iterable[tuple[str, str]] = (),
+    reused: Iterable[str] = (),
 ) -> str:
     """The text of RESULTS.md: header (date, command, machine), all targets, then each benchmark's command,
     tables and plots. ``plot_files`` maps (bench, plot index) to the image's path relative to RESULTS.md (plots
-    not in it are listed as not drawn); ``missing`` lists (benchmark, why) for benchmarks with no result."""
+    not in it are listed as not drawn); ``missing`` lists (benchmark, why) for benchmarks with no result;
+    ``reused`` names the benchmarks whose results come from earlier runs than this one."""
     plot_files = plot_files or {}
     missing = list(missing)
     out = [f"# {title}", "", f"- Date: {date}", f"- Command: `{command}`", *_machine_lines(machine), ""]
@@ -351,6 +353,13 @@ def results_markdown(
         "Each section below is one benchmark script's JSON result, rendered by `benchmarks/render.py`; "
         "the command under each heading reruns that benchmark alone."
     )
+    reused = set(reused)
+    earlier = [r["bench"] for r in results if r["bench"] in reused]
+    if earlier:  # a report put together from several runs (--only / --render)
+        out.append(
+            f"Not rerun by the command above, kept from earlier runs: {', '.join(earlier)}. Each heading gives when "
+            "its benchmark started."
+        )
     out.append("")
     all_targets = [(r["bench"], t) for r in results for t in r.get("targets") or []]
     out.append("## Targets")
@@ -407,6 +416,7 @@ def render_results(
     date: str,
     machine: Mapping[str, Any],
     missing: Iterable[tuple[str, str]] = (),
+    reused: Iterable[str] = (),
 ) -> Rendered:
     """Write every plot (``out_dir/plots/<bench>_<file>``) and ``out_dir/RESULTS.md``. A plot that cannot be
     drawn (no matplotlib, bad data) is reported in ``plot_errors`` and noted in RESULTS.md; the rest still are."""
@@ -428,7 +438,14 @@ def render_results(
                 continue
             links[(bench, i)] = relative
     text = results_markdown(
-        results, title=title, command=command, date=date, machine=machine, plot_files=links, missing=missing
+        results,
+        title=title,
+        command=command,
+        date=date,
+        machine=machine,
+        plot_files=links,
+        missing=missing,
+        reused=reused,
     )
     rendered.results_md.write_text(text)
     return rendered

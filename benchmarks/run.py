@@ -243,6 +243,7 @@ def render_all(
         date=datetime.now(UTC).isoformat(timespec="seconds"),
         machine=machine or (results[0]["machine"] if results else {}),
         missing=missing,
+        reused=[r["bench"] for r in results if r["bench"] not in {o.name for o in outcomes if o.status == "ok"}],
     )
     if not args.quick:
         data = out_dir / "data"

@@ -187,6 +187,11 @@ def test_results_md_has_header_targets_tables_plots_and_missing(tmp_path: Path) 
     assert [p.name for p in rendered.plots] == ["demo_latency.png"]
     assert (tmp_path / "plots" / "demo_latency.png").exists()
     assert rendered.plot_errors == []
+    assert "Not rerun" not in text
+    mixed = render.results_markdown(
+        [fixture()], title="t", command="c", date="d", machine=FIXTURE["machine"], reused=["demo", "other"]
+    )
+    assert "Not rerun by the command above, kept from earlier runs: demo. Each heading" in mixed
 
 
 def test_results_md_notes_plots_it_could_not_draw(tmp_path: Path) -> None:
