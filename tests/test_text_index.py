@@ -7,6 +7,7 @@ scores, so the choice among tied documents is compared too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -117,9 +118,32 @@ def reference_search(index: TextIndex, query: str, k: int, mask: npt.NDArray[np.
             keep = index._main_current.view()[slots] & mask[slots]
             found = top_k(slots[keep], scores[positive][keep].astype(np.float32), k)
     if index._tail:
-        found += index._search_tail(terms, k, mask)
+        found += reference_tail(index, terms, k, mask)
         found.sort(key=lambda item: (-item[1], item[0]))
     return found[:k]
+
+
+def reference_tail(index: TextIndex, terms: list[str], k: int, mask: npt.NDArray[np.bool_]) -> list[tuple[int, float]]:
+    """The former TextIndex._search_tail: BM25 in Python floats, document by document, term by term."""
+    n_docs = len(index)
+    avg_len = max(1e-9, (index._main_len + index._tail_len) / max(1, n_docs))
+    scores: dict[int, float] = {}
+    for term in terms:
+        postings = index._tail_postings.get(term)
+        if not postings:
+            continue
+        df = index._main_df.get(term, 0) + index._tail_df[term]
+        idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        for slot in postings:
+            if not mask[slot]:
+                continue
+            tf = index._tail[slot][term]
+            dl = index._tail_lens[slot]
+            tfc = tf / (index.K1 * (1 - index.B + index.B * dl / avg_len) + tf)
+            scores[slot] = scores.get(slot, 0.0) + idf * tfc
+    slots = np.fromiter(scores, dtype=np.int64, count=len(scores))
+    values = np.fromiter(scores.values(), dtype=np.float32, count=len(scores))
+    return top_k(slots, values, k)
 
 
 class Corpus:

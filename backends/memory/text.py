@@ -125,7 +125,7 @@ class TextIndex:
         self._main_len = 0
         self._tail: dict[int, Counter[str]] = {}
         self._tail_lens: dict[int, int] = {}
-        self._tail_postings: dict[str, set[int]] = {}
+        self._tail_postings: dict[str, dict[int, int]] = {}  # term -> {slot: term frequency}
         self._tail_df: Counter[str] = Counter()
         self._tail_len = 0
         self._min_rebuild, self._fraction = min_rebuild, rebuild_fraction
@@ -150,8 +150,8 @@ class TextIndex:
         self._tail_lens[slot] = len(tokens)
         self._tail_len += len(tokens)
         self._count += 1
-        for term in counts:
-            self._tail_postings.setdefault(term, set()).add(slot)
+        for term, tf in counts.items():
+            self._tail_postings.setdefault(term, {})[slot] = tf
             self._tail_df[term] += 1
         if self.auto_rebuild and len(self._tail) >= max(self._min_rebuild, self._fraction * len(self._main_slots)):
             self.rebuild()
@@ -164,7 +164,7 @@ class TextIndex:
             self._tail_len -= self._tail_lens.pop(slot)
             for term in counts:
                 postings = self._tail_postings[term]
-                postings.discard(slot)
+                postings.pop(slot, None)
                 if not postings:
                     del self._tail_postings[term]
                 self._tail_df[term] -= 1
@@ -321,27 +321,35 @@ class TextIndex:
         return top_k(slots[keep], values[keep], k)
 
     def _search_tail(self, terms: list[str], k: int, mask: Mask) -> list[tuple[int, float]]:
+        """The tail's top ``k``: the same BM25 (Lucene) formula as the main index over corpus-wide statistics,
+        in float64 term by term in query order, then float32; vectorised per term (the tail may hold a quarter
+        of the main index between merges)."""
         n_docs = self._count
         avg_len = max(1e-9, (self._main_len + self._tail_len) / max(1, n_docs))
-        scores: dict[int, float] = {}
+        lengths = self._tail_lens
+        found_slots: list[npt.NDArray[np.int64]] = []
+        found_scores: list[npt.NDArray[np.float64]] = []
         for term in terms:
             postings = self._tail_postings.get(term)
             if not postings:
                 continue
             df = self._main_df.get(term, 0) + self._tail_df[term]
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-            for slot in postings:
-                if not mask[slot]:
-                    continue
-                tf = self._tail[slot][term]
-                dl = self._tail_lens[slot]
-                tfc = tf / (self.K1 * (1 - self.B + self.B * dl / avg_len) + tf)
-                scores[slot] = scores.get(slot, 0.0) + idf * tfc
-        if not scores:
+            n = len(postings)
+            slots = np.fromiter(postings.keys(), dtype=np.int64, count=n)
+            tf = np.fromiter(postings.values(), dtype=np.float64, count=n)
+            dl = np.fromiter(map(lengths.__getitem__, postings.keys()), dtype=np.float64, count=n)
+            keep = mask[slots]
+            slots, tf, dl = slots[keep], tf[keep], dl[keep]
+            tfc = tf / (self.K1 * (1 - self.B + self.B * dl / avg_len) + tf)
+            found_slots.append(slots)
+            found_scores.append(idf * tfc)
+        if not found_slots or not sum(map(len, found_slots)):
             return []
-        slots = np.fromiter(scores, dtype=np.int64, count=len(scores))
-        values = np.fromiter(scores.values(), dtype=np.float32, count=len(scores))
-        return top_k(slots, values, k)
+        slots, inverse = np.unique(np.concatenate(found_slots), return_inverse=True)
+        sums = np.zeros(len(slots), dtype=np.float64)
+        np.add.at(sums, inverse, np.concatenate(found_scores))  # in query order, like a loop over the terms
+        return top_k(slots, sums.astype(np.float32), k)
 
     def stats(self) -> dict[str, int]:
         return {"main": len(self._main_slots), "tail": len(self._tail)}
