@@ -4,6 +4,7 @@ are caught; format-1 files still load."""
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from datetime import timedelta
 
@@ -342,3 +343,28 @@ def test_implausible_saved_scales_are_recomputed_not_used(tmp_path):
     slots = np.flatnonzero(store._vectors[Kind.FACT].has_vec.view())
     assert np.allclose(loaded._vectors[Kind.FACT].scales(slots), store._vectors[Kind.FACT].scales(slots), rtol=1e-6)
     _same(_answers(loaded), _answers(store))
+
+
+@pytest.mark.parametrize("positional", [True, False], ids=["preadv", "own-handle"])
+def test_vectors_read_beside_the_records_whatever_the_os_offers(tmp_path, monkeypatch, positional):
+    # The vectors sections are read on a helper thread: with os.preadv on the same open file, or (Windows, which
+    # lacks it) through a handle of its own. Both give the saved store back, and both check the digest.
+    if not positional:
+        monkeypatch.delattr(os, "preadv", raising=False)
+    store = _store()
+    path = tmp_path / "m.tkg"
+    save(store, path, {"dim": 16})
+    _, contents = read(path)
+    loaded = InMemoryStore(dim=16)
+    restore(loaded, contents)
+    for kind in Kind:
+        assert list(loaded.scan(kind)) == list(store.scan(kind)), kind
+    _same(_answers(loaded), _answers(store))
+    data = bytearray(path.read_bytes())
+    table_offset, table_length, _ = _TRAILER.unpack(data[-_TRAILER.size :])
+    table = msgpack.unpackb(bytes(data[table_offset : table_offset + table_length]), raw=False)
+    place = next(s for s in table["sections"] if s["name"] == "vectors/entity")
+    data[place["offset"] + place["length"] - 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotFormatError, match="checksum mismatch in section vectors/entity"):
+        read(path)

@@ -664,7 +664,7 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes], version: int) -> tuple[
                 if rows * 4 * dim != length:
                     raise SnapshotFormatError(f"{path} is corrupt: section {vec_name} is not whole vectors")
                 buffer = np.empty((rows, dim), dtype="<f4")
-                job = reader.submit(_read_into, f.fileno(), buffer, offset, f"{path} (section {vec_name})")
+                job = reader.submit(_read_into, f, path, buffer, offset, f"{path} (section {vec_name})")
                 readable = buffer.view()
                 readable.setflags(write=False)
                 fetching[kind] = (vec_name, job, readable)
@@ -697,16 +697,30 @@ def _read_v2(path: str | os.PathLike[str], f: IO[bytes], version: int) -> tuple[
     return meta, contents
 
 
-def _read_into(fd: int, array: npt.NDArray[Any], offset: int, what: str) -> bytes:
-    """Fill ``array`` from the file at ``offset`` (positional reads: the caller's file position is not touched)
-    and return the sha256 of what was read."""
+def _read_into(f: IO[bytes], path: str | os.PathLike[str], array: npt.NDArray[Any], offset: int, what: str) -> bytes:
+    """Fill ``array`` from the snapshot at ``offset`` without moving ``f``'s position (the caller goes on reading
+    through it) and return the sha256 of what was read: positional reads of the same open file where the OS has
+    them, else a handle of its own on ``path``."""
     view = memoryview(array).cast("B")  # type: ignore[arg-type]
-    done = 0
-    while done < len(view):
-        got = os.preadv(fd, [view[done : done + (1 << 30)]], offset + done)
-        if got <= 0:
-            raise SnapshotFormatError(f"{what} is truncated")
-        done += got
+    with contextlib.ExitStack() as stack:
+        if hasattr(os, "preadv"):
+            fd = f.fileno()
+
+            def read_at(part: memoryview, at: int) -> int:
+                return os.preadv(fd, [part], at)
+        else:  # Windows
+            own = stack.enter_context(open(path, "rb"))
+
+            def read_at(part: memoryview, at: int) -> int:
+                own.seek(at)
+                return own.readinto(part) or 0
+
+        done = 0
+        while done < len(view):
+            got = read_at(view[done : done + (1 << 30)], offset + done)
+            if got <= 0:
+                raise SnapshotFormatError(f"{what} is truncated")
+            done += got
     return hashlib.sha256(view).digest()
 
 
