@@ -64,9 +64,9 @@ FORMAT_VERSION = 3
 _HEADER = struct.Struct(">HQ32s")  # format 1: version, payload length, sha256 of the payload
 _VERSION = struct.Struct(">H")
 _TRAILER = struct.Struct(">QQ32s")  # format 2: table offset, table length, sha256 of the table
-DT_TAG = _DT = "__dt__"
+DT_TAG = "__dt__"
 MAP_TAG = "__map__"  # wraps a user's map that would read as a tagged value
-_TAGS = frozenset({_DT, MAP_TAG})
+_TAGS = frozenset({DT_TAG, MAP_TAG})
 _NONE = np.iinfo(np.int64).min  # an absent optional datetime in an int64 column
 _CHUNK = 16 << 20  # bytes copied / hashed at a time
 _THREAD_MIN = 1 << 20  # chunks at least this big are hashed on a helper thread while they are written
@@ -82,7 +82,7 @@ _REF_FIELDS = frozenset({"source_id", "target_id", "episode_id", "entity_id", "c
 # format 1 rows (still read; also the codec of nested attribute values)
 def _encode_value(value: Any) -> Any:
     if isinstance(value, datetime):
-        return {_DT: to_micros(value)}
+        return {DT_TAG: to_micros(value)}
     if isinstance(value, np.ndarray):
         return value.astype("<f4").tobytes()
     if isinstance(value, tuple):
@@ -108,8 +108,8 @@ def encode_record(record: Record) -> dict[str, Any]:
 
 def _decode_value(value: Any) -> Any:
     if isinstance(value, dict):
-        if len(value) == 1 and _DT in value:
-            return from_micros(value[_DT])
+        if len(value) == 1 and DT_TAG in value:
+            return from_micros(value[DT_TAG])
         if len(value) == 1 and MAP_TAG in value:
             return {k: _decode_value(v) for k, v in value[MAP_TAG].items()}
         return {k: _decode_value(v) for k, v in value.items()}

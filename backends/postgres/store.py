@@ -59,7 +59,6 @@ T = TypeVar("T")
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
-_DT = DT_TAG  # the snapshots' tag
 _PAGE = 2000
 
 
@@ -73,12 +72,12 @@ COLUMNS: dict[Kind, list[str]] = {kind: _columns(kind) for kind in Kind}
 # -- attribute maps as json (datetimes tagged as in snapshots; bytes and non-finite floats tagged too) -----------
 _BYTES = "__bytes__"
 _FLOAT = "__float__"
-_TAGS = frozenset({_DT, _BYTES, _FLOAT, MAP_TAG})
+_TAGS = frozenset({DT_TAG, _BYTES, _FLOAT, MAP_TAG})
 
 
 def _encode(value: Any) -> Any:
     if isinstance(value, datetime):
-        return {_DT: to_micros(value)}
+        return {DT_TAG: to_micros(value)}
     if isinstance(value, float) and not math.isfinite(value):
         return {_FLOAT: repr(value)}
     if isinstance(value, bytes | bytearray):
@@ -94,7 +93,7 @@ def _decode(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1:
             tag, inner = next(iter(value.items()))
-            if tag == _DT:
+            if tag == DT_TAG:
                 return from_micros(inner)
             if tag == _FLOAT:
                 return float(inner)
