@@ -34,6 +34,7 @@ from tkg import (
     WaitTimeoutError,
     WriteBatch,
 )
+from tkg.backends.memory import InMemoryStore
 from tkg.community_tier import CommunityConfig
 from tkg.llm.base import Prompt, T
 from tkg.llm.schema import GraphExtraction
@@ -73,8 +74,9 @@ class GateLLM:
             assert self.entered.acquire(timeout=WAIT), "no extraction call reached the gate"
 
 
-def make_memory(llm: Any, **config: Any) -> Memory:
+def make_memory(llm: Any, store: InMemoryStore | None = None, **config: Any) -> Memory:
     return Memory(
+        store,
         embedder=HashEmbedder(dim=64),
         llm=llm,
         clock=FixedClock(CLOCK),
@@ -83,17 +85,17 @@ def make_memory(llm: Any, **config: Any) -> Memory:
 
 
 def records(memory: Memory) -> dict[str, list[Any]]:
-    return {kind.value: list(memory.store.scan(kind)) for kind in Kind}
+    return {kind.value: list(memory.records(kind)) for kind in Kind}
 
 
 def graph(memory: Memory) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The graph as comparable values: facts by entity names and both timelines, and the episodes."""
-    names = {e.id: e.name for e in memory.store.scan(Kind.ENTITY)}
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY)}
     facts = sorted(
         (f.group_id, names[f.source_id], f.relation, names[f.target_id], f.fact, f.valid_at, f.invalid_at, f.expired_at)
-        for f in memory.store.scan(Kind.FACT)
+        for f in memory.records(Kind.FACT)
     )
-    episodes = sorted((e.group_id, e.content, e.status.value) for e in memory.store.scan(Kind.EPISODE))
+    episodes = sorted((e.group_id, e.content, e.status.value) for e in memory.records(Kind.EPISODE))
     return facts, episodes
 
 
@@ -106,10 +108,10 @@ def moves(group: str) -> list[str]:
 
 
 def live_homes(memory: Memory, group: str) -> list[str]:
-    names = {e.id: e.name for e in memory.store.scan(Kind.ENTITY)}
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY)}
     return [
         names[f.target_id]
-        for f in memory.store.scan(Kind.FACT, frozenset({group}))
+        for f in memory.records(Kind.FACT, group)
         if f.relation == "LIVES_IN" and f.expired_at is None
     ]
 
@@ -127,7 +129,7 @@ def test_submit_returns_the_id_before_extraction_and_the_episode_is_durable(tmp_
         for episode_id in (first, second):
             stored = memory.get(Kind.EPISODE, episode_id)
             assert stored.status is EpisodeStatus.QUEUED and stored.embedding is not None
-        assert memory.store.count(Kind.FACT) == 0
+        assert len(memory.records(Kind.FACT)) == 0
         found = memory.search("Berlin", group_ids=["g"], targets=["episodes"])
         assert found.episodes[0].record.id == second  # searchable as an episode at once
         memory.save(tmp_path / "mid.tkg")
@@ -265,7 +267,7 @@ def test_failed_extraction_reports_reason_and_retryable_then_retry_requeues() ->
         assert "HTTP 503: overloaded" in (status.error or "") and "2 attempts" in (status.error or "")
         stored = memory.get(Kind.EPISODE, flaky)
         assert stored.status is EpisodeStatus.FAILED and "overloaded" in stored.error
-        assert memory.store.count(Kind.FACT) == 0
+        assert len(memory.records(Kind.FACT)) == 0
 
         down["error"] = LLMError("HTTP 401: bad key", retryable=False)
         refused = ingestor.submit("Bob: I LIVES_IN Rome.", group_id="h")
@@ -416,13 +418,14 @@ def test_episode_removed_while_queued_fails_cleanly_and_stays_removed() -> None:
         removing it); "Gone, failing" then also fails its LLM call."""
         content = prompt.inputs.get("content", "")
         if prompt.name == "extract_graph" and content.startswith("Gone"):
-            episode = next(e for e in memory.store.scan(Kind.EPISODE) if e.content == content)
-            memory.store.write(WriteBatch(deletes=[(Kind.EPISODE, episode.id)]))
+            episode = next(e for e in memory.records(Kind.EPISODE) if e.content == content)
+            store.write(WriteBatch(deletes=[(Kind.EPISODE, episode.id)]))
             return LLMError("down", retryable=True) if "failing" in content else None
         return None
 
     llm = GateLLM(fail=vanish)
-    memory = make_memory(llm)
+    store = InMemoryStore(dim=64)
+    memory = make_memory(llm, store)
     with BackgroundIngestor(memory, workers=1) as ingestor:
         ingestor.submit("Ann: I LIVES_IN Paris.", group_id="a")
         doomed = ingestor.submit("Bob: I LIVES_IN Rome.", group_id="b")
@@ -438,7 +441,7 @@ def test_episode_removed_while_queued_fails_cleanly_and_stays_removed() -> None:
     for status in (before, during, failing):
         with pytest.raises(NotFoundError):
             memory.get(Kind.EPISODE, status.episode_id)  # none came back
-    assert live_homes(memory, "a") == ["Paris"] and memory.store.count(Kind.FACT, frozenset({"b"})) == 0
+    assert live_homes(memory, "a") == ["Paris"] and len(memory.records(Kind.FACT, "b")) == 0
 
 
 def test_community_refresh_runs_on_the_worker_and_a_failure_only_warns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,7 +449,7 @@ def test_community_refresh_runs_on_the_worker_and_a_failure_only_warns(monkeypat
     llm.gate.set()
     communities = CommunityConfig(refresh_after_changes=1, summarize_on_extend=False, policy_fraction=0.0)
     memory = make_memory(llm, communities=communities)
-    tier = memory.communities
+    tier = memory._communities
     assert tier is not None
     refreshes: list[str] = []
     original = tier.maybe_refresh
@@ -462,7 +465,7 @@ def test_community_refresh_runs_on_the_worker_and_a_failure_only_warns(monkeypat
     with BackgroundIngestor(memory, workers=1) as ingestor:
         ok = ingestor.wait(ingestor.submit("Ann: I met Bob and Cy in Paris.", group_id="g"), timeout=WAIT)
         assert ok.state == "done" and ok.result is not None and ok.result.warnings == []
-        assert memory.store.count(Kind.COMMUNITY) >= 1
+        assert len(memory.records(Kind.COMMUNITY)) >= 1
         outcomes = []
         for error in (LLMError("summaries are down"), BackendError("the store went away mid-refresh")):
             failure[:] = [error]

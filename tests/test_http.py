@@ -63,7 +63,7 @@ class Service:
         self.snapshot = snapshot
 
     def ids(self, kind: str, group: str) -> list[str]:
-        return [r.id for r in self.memory.store.scan(kind, frozenset({group}))]
+        return [r.id for r in self.memory.records(kind, group)]
 
     def state(self) -> tuple[bytes, dict[str, Any]]:
         return self.snapshot.read_bytes(), self.memory.stats()
@@ -143,7 +143,7 @@ def test_results_json_is_the_published_shape() -> None:
     assert json.loads(json.dumps(plain)) == plain
     empty = results_json(memory, SearchResults(query="q"))
     assert empty == {"query": "q", "facts": [], "entities": [], "episodes": [], "communities": []}
-    entity = memory.store.get("entity", [acme["target_id"]])[0]
+    entity = memory.get_many("entity", [acme["target_id"]])[0]
     assert results_json(memory, SearchResults("q", entities=[Scored(entity, 0.5)]))["entities"][0]["score"] == 0.5
 
 
@@ -253,7 +253,7 @@ def test_every_endpoint(service: Service) -> None:
     )
     assert facts.status_code == 201 and facts.json()["facts"][0]["relation"] == "WORKS_AT"
     on_disk = Memory.load(service.snapshot, embedder=HashEmbedder())
-    assert on_disk.store.count("episode", frozenset({"demo"})) == 17
+    assert len(on_disk.records("episode", "demo")) == 17
 
     episode_id = facts.json()["episode"]["id"]
     got = call("GET", "/v1/episodes/{episode_id}", f"/v1/episodes/{episode_id}", headers=auth(KEY_DEMO))
@@ -272,7 +272,7 @@ def test_every_endpoint(service: Service) -> None:
     assert later.status_code == 422 and "without background ingestion" in later.json()["detail"]
     removed = call("DELETE", "/v1/episodes/{episode_id}", f"/v1/episodes/{episode_id}", headers=auth(KEY_DEMO))
     assert removed.status_code == 200 and removed.json()["deleted_facts"] == [facts.json()["facts"][0]["id"]]
-    assert Memory.load(service.snapshot, embedder=HashEmbedder()).store.count("episode", frozenset({"demo"})) == 16
+    assert Memory.load(service.snapshot, embedder=HashEmbedder()).stats("demo")["records"]["episode"] == 16
     again = c.delete(f"/v1/episodes/{episode_id}", headers=auth(KEY_DEMO))
     assert again.status_code == 404
 
@@ -676,9 +676,7 @@ def test_schemathesis_fuzzing(service: Service) -> None:
     schema = schemathesis.openapi.from_url(f"{service.base_url}/openapi.json")
     checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
     demo_ids = service.ids("episode", "demo") + service.ids("entity", "demo")
-    demo_before = {
-        kind: service.memory.store.count(kind, frozenset({"demo"})) for kind in ("episode", "entity", "fact")
-    }
+    demo_before = {kind: len(service.memory.records(kind, "demo")) for kind in ("episode", "entity", "fact")}
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == len(openapi_operations(service))
     calls = runs = 0
@@ -717,7 +715,7 @@ def test_schemathesis_fuzzing(service: Service) -> None:
     assert calls >= runs
     # both answers came up for writes and reads alike: the fuzzing got past validation, and was refused too
     assert {code for (op, code) in statuses if op.startswith("post")} >= {200, 201, 404, 422}
-    after = {kind: service.memory.store.count(kind, frozenset({"demo"})) for kind in ("episode", "entity", "fact")}
+    after = {kind: len(service.memory.records(kind, "demo")) for kind in ("episode", "entity", "fact")}
     assert after == demo_before
 
 
@@ -756,7 +754,7 @@ def test_background_ingestion(tmp_path: Path) -> None:
             url = f"/v1/episodes/{episode_id}/status"
             assert c.get(url, headers=auth(KEY_DEMO)).json()["state"] in {"queued", "running"}
             assert c.get(url, headers=auth(KEY_BETA)).status_code == 404
-            stored = Memory.load(snapshot, embedder=HashEmbedder()).store.get("episode", [episode_id])[0]
+            stored = Memory.load(snapshot, embedder=HashEmbedder()).get_many("episode", [episode_id])[0]
             assert stored is not None and stored.status.value == "queued"  # accepted means saved
             naive = {**body, "reference_time": "2024-05-01T00:00:00"}
             refused = c.post("/v1/episodes", params={"wait": "false"}, json=naive, headers=auth(KEY_DEMO))
@@ -773,7 +771,7 @@ def test_background_ingestion(tmp_path: Path) -> None:
     finally:
         ingestor.close(drain=True)
     deadline = time.monotonic() + 10  # the save after completion runs on the worker, just after it resolves
-    while Memory.load(snapshot, embedder=HashEmbedder()).store.get("episode", [episode_id])[0].status.value != (
+    while Memory.load(snapshot, embedder=HashEmbedder()).get_many("episode", [episode_id])[0].status.value != (
         "extracted"
     ):
         assert time.monotonic() < deadline
@@ -797,7 +795,7 @@ def test_command_line_serves(tmp_path: Path) -> None:
         added = httpx.post(f"{base}/v1/episodes", json={"content": "Gil: hello"}, headers=auth(KEY_DEMO))
         assert added.status_code == 201
         assert httpx.get(f"{base}/v1/groups").status_code == 401
-    assert Memory.load(snapshot, embedder=HashEmbedder()).store.count("episode") == 14
+    assert Memory.load(snapshot, embedder=HashEmbedder()).stats()["records"]["episode"] == 14
 
 
 def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

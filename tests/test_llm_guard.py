@@ -165,7 +165,7 @@ def test_a_client_error_is_not_retried_and_the_episode_waits_for_retry(server: F
     memory = memory_for(server)
     with pytest.raises(ExtractionFailedError, match="bad key"):
         memory.add_episode("Alice: hello", group_id="g")
-    assert len(server.requests) == 1 and memory.store.count(Kind.ENTITY) == 0
+    assert len(server.requests) == 1 and len(memory.records(Kind.ENTITY)) == 0
     assert memory.retry(memory.failed_episodes()[0].id).entities[0].name == "Alice"
 
 

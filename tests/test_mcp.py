@@ -243,7 +243,7 @@ def test_stdio_every_tool(tmp_path: Path) -> None:
         )
         assert [f["relation"] for f in facts["facts"]] == ["WORKS_AT"]
         on_disk = Memory.load(snapshot, embedder=HashEmbedder())
-        assert on_disk.store.count("episode") == 17 and on_disk.store.count("fact") == 16
+        assert len(on_disk.records("episode")) == 17 and len(on_disk.records("fact")) == 16
         found = data(await client.call_tool("search_facts", {"query": "Where does Dana work?"}))
         assert any(f["target"] == "Initech" for f in found["facts"])
         status = data(await client.call_tool("episode_status", {"episode_id": text["episode"]["id"]}))
@@ -261,7 +261,7 @@ def test_stdio_every_tool(tmp_path: Path) -> None:
         assert removed["deleted_facts"] == [facts["facts"][0]["id"]]
         gone = data(await client.call_tool("search_facts", {"query": "Where does Dana work?"}))
         assert not any(f["target"] == "Initech" for f in gone["facts"])
-        assert Memory.load(snapshot, embedder=HashEmbedder()).store.count("fact") == 15
+        assert Memory.load(snapshot, embedder=HashEmbedder()).stats()["records"]["fact"] == 15
         error = error_text(await client.call_tool("delete_episode", {"episode_id": facts["episode"]["id"]}))
         assert "no episode" in error
 
@@ -274,8 +274,8 @@ def test_stdio_server_limited_to_one_group(tmp_path: Path) -> None:
     snapshot = tmp_path / "tenants.tkg"
     memory = two_tenants()
     memory.save(snapshot)
-    beta_episode = next(e.id for e in memory.store.scan("episode", frozenset({"beta"})))
-    beta_entity = next(e.id for e in memory.store.scan("entity", frozenset({"beta"})))
+    beta_episode = next(e.id for e in memory.records("episode", "beta"))
+    beta_entity = next(e.id for e in memory.records("entity", "beta"))
     before = snapshot.read_bytes()
 
     async def scenario(client: Client) -> None:
@@ -327,7 +327,7 @@ def test_stdio_background_ingestion(tmp_path: Path) -> None:
         )
         assert queued["state"] in {"queued", "running", "done"} and queued["error"] is None
         episode_id = queued["episode_id"]
-        on_disk = Memory.load(snapshot, embedder=HashEmbedder()).store.get("episode", [episode_id])[0]
+        on_disk = Memory.load(snapshot, embedder=HashEmbedder()).get_many("episode", [episode_id])[0]
         assert on_disk is not None and on_disk.content == "Hana: I moved to Kyoto."
         with anyio.fail_after(20):
             while (status := data(await client.call_tool("episode_status", {"episode_id": episode_id})))[
@@ -342,7 +342,7 @@ def test_stdio_background_ingestion(tmp_path: Path) -> None:
         assert data(await client.call_tool("list_episodes", {"limit": 1}))["total"] == 14
 
     run(stdio("--demo", "--snapshot", str(snapshot), "--no-llm", "--background"), scenario)
-    episodes = list(Memory.load(snapshot, embedder=HashEmbedder()).store.scan("episode"))
+    episodes = list(Memory.load(snapshot, embedder=HashEmbedder()).records("episode"))
     assert len(episodes) == 14 and {e.status.value for e in episodes} <= {"stored", "extracted"}
 
 

@@ -27,7 +27,7 @@ from tkg.llm.base import Prompt
 
 
 def snapshot_of(memory: Memory) -> dict[str, list]:
-    return {kind.value: list(memory.store.scan(kind)) for kind in Kind}
+    return {kind.value: list(memory.records(kind)) for kind in Kind}
 
 
 def extraction(prompt: Prompt, model):  # a scripted "LLM" that reads the structured inputs
@@ -70,7 +70,7 @@ def test_episode_to_graph_to_search_to_context(memory):
 
     second = memory.add_episode("alice: Acme is great.", group_id="team", reference_time="2024-05-21T09:00:00Z")
     # exact normalised names resolve to the same entities, no duplicates
-    assert memory.store.count(Kind.ENTITY) == 3
+    assert len(memory.records(Kind.ENTITY)) == 3
     assert {e.id for e in second.entities} <= {e.id for e in result.entities}
     assert "EARLIER EPISODES" in memory.llm.calls[1].user and "Berlin" in memory.llm.calls[1].user  # context
 
@@ -85,7 +85,7 @@ def test_episode_to_graph_to_search_to_context(memory):
 def test_identical_fact_is_reused_with_provenance(memory):
     first = memory.add_facts([FactInput("Ann", "LIKES", "Tea")], group_id="g")
     second = memory.add_facts([FactInput("ann", "LIKES", "tea", fact="Ann likes tea")], group_id="g")
-    assert memory.store.count(Kind.FACT) == 1
+    assert len(memory.records(Kind.FACT)) == 1
     assert second.facts[0].episodes == (first.episode.id, second.episode.id)
 
 
@@ -110,7 +110,7 @@ def test_structured_facts_without_llm_and_time_travel():
     assert now == {"Alice works at Globex"} and then == {"Alice works at Acme"} and len(both) == 2
     before = memory.search("Alice", group_ids="g", known_at="2024-05-01T00:00:00Z")
     assert before.facts == [] and before.entities == []  # nothing was recorded yet
-    alice = memory.store.entities_by_name("g", ["alice"])["alice"][0]
+    alice = memory.find_entities("alice", group_ids="g")[0]
     assert [f.fact for f in memory.facts_about(alice.id)] == ["Alice works at Acme", "Alice works at Globex"]
 
 

@@ -1,4 +1,4 @@
-"""In-memory backend specifics beyond the Store protocol: the igraph view and index maintenance at scale."""
+"""In-memory backend specifics beyond the Store protocol: index maintenance at scale."""
 
 from __future__ import annotations
 
@@ -6,37 +6,11 @@ from conftest import T0
 
 from tkg.backends.memory import InMemoryStore
 from tkg.embedders import HashEmbedder
-from tkg.models import Entity, Fact, Kind
+from tkg.models import Entity, Kind
 from tkg.storage import WriteBatch
 from tkg.timeline import make_scope
 
 EMB = HashEmbedder(dim=16)
-
-
-def test_entity_graph_is_weighted_by_admitted_facts():
-    store = InMemoryStore(dim=16)
-    store.write(WriteBatch(puts=[Entity(id=f"e{i}", group_id="g", name=f"N{i}", created_at=T0) for i in range(4)]))
-    facts = [
-        Fact(id="f1", group_id="g", source_id="e0", target_id="e1", relation="R", fact="a", created_at=T0),
-        Fact(id="f2", group_id="g", source_id="e1", target_id="e0", relation="R", fact="b", created_at=T0),
-        Fact(
-            id="f3",
-            group_id="g",
-            source_id="e2",
-            target_id="e3",
-            relation="R",
-            fact="c",
-            created_at=T0,
-            valid_at=T0,
-            invalid_at=T0,
-            expired_at=T0,
-        ),
-    ]
-    store.write(WriteBatch(puts=facts))
-    graph, ids = store.entity_graph("g", make_scope(T0, ["g"]))
-    assert ids == ["e0", "e1", "e2", "e3"]
-    assert graph.ecount() == 1 and graph.es["weight"] == [2]  # both directions count; the ended fact weighs nothing
-    assert len(graph.community_label_propagation(weights="weight")) >= 2
 
 
 def test_many_writes_keep_search_complete_across_index_rebuilds():

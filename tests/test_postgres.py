@@ -181,17 +181,18 @@ def test_snapshot_moves_a_memory_between_backends_losslessly(
 ) -> None:
     """in-memory -> snapshot -> PostgreSQL -> snapshot -> in-memory gives the same graph, record for record."""
     folder = tmp_path_factory.mktemp("snap")
-    source = Memory(InMemoryStore(dim=DIM), embedder=EMB, clock=FixedClock(NOW))
-    source.store.write(WriteBatch(puts=records))
+    source_store = InMemoryStore(dim=DIM)
+    source = Memory(source_store, embedder=EMB, clock=FixedClock(NOW))
+    source_store.write(WriteBatch(puts=records))
     source.save(folder / "a.tkg")
     with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as pg:
         on_pg = Memory.load(folder / "a.tkg", embedder=EMB, store=pg)
         on_pg.save(folder / "b.tkg")
         back = Memory.load(folder / "b.tkg", embedder=EMB)
         for kind in Kind:
-            original = list(source.store.scan(kind))
+            original = list(source.records(kind))
             assert list(pg.scan(kind)) == original, kind
-            assert list(back.store.scan(kind)) == original, kind
+            assert list(back.records(kind)) == original, kind
             assert pg.count(kind) == len(original)
 
 
@@ -315,7 +316,7 @@ def test_connection_dropped_mid_episode_leaves_nothing(server: EmbeddedPostgres,
     assert table_counts(server, schema) == before
     monkeypatch.undo()
     memory.add_episode("Alice: Bob and I went climbing", group_id="g", episode_id="climb")  # reconnects
-    assert memory.store.get(Kind.EPISODE, ["climb"])[0] is not None
+    assert memory.get_many(Kind.EPISODE, ["climb"])[0] is not None
     assert store.count(Kind.EPISODE) == before["episodes"] + 1
     store.close()
 

@@ -8,6 +8,7 @@ from datetime import datetime
 import pytest
 
 from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig, ScriptedLLM
+from tkg.backends.memory import InMemoryStore
 from tkg.errors import ConfigurationError, NotFoundError, TimestampError, UnknownGroupError, ValidationError
 from tkg.memory import FactInput
 from tkg.models import Community, Kind, Membership
@@ -28,10 +29,18 @@ CHAIN = [("Ann", "Bob"), ("Bob", "Cid"), ("Cid", "Dee"), ("Dee", "Eve"), ("Eve",
 
 
 @pytest.fixture
-def memory() -> Memory:
+def store() -> InMemoryStore:
+    return InMemoryStore(dim=64)
+
+
+@pytest.fixture
+def memory(store: InMemoryStore) -> Memory:
     # communities=None: the community tests below write their own communities
     m = Memory(
-        embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"), config=MemoryConfig(communities=None)
+        store,
+        embedder=HashEmbedder(dim=64),
+        clock=FixedClock("2024-06-01T00:00:00Z"),
+        config=MemoryConfig(communities=None),
     )
     m.add_facts(
         [FactInput(a, "KNOWS", b, fact=f"{a} knows {b} from the chess club") for a, b in CHAIN]
@@ -48,8 +57,7 @@ def memory() -> Memory:
 
 
 def entity_id(memory: Memory, name: str, group: str = "g") -> str:
-    found = memory.store.entities_by_name(group, [name])
-    return next(iter(found.values()))[0].id
+    return memory.find_entities(name, group_ids=group)[0].id
 
 
 def test_every_preset_runs_and_returns_scores(memory):
@@ -134,7 +142,7 @@ def test_mmr_lambda_one_is_cosine_order_and_lower_lambda_diversifies(memory):
     assert [s.record.id for s in mmr0.facts] != [s.record.id for s in mmr1.facts]
 
 
-def test_cross_encoder_seam_scores_and_min_score(memory):
+def test_cross_encoder_seam_scores_and_min_score(memory, store):
     config = SearchConfig(facts=TargetConfig(reranker=Reranker.CROSS_ENCODER, min_score=0.5))
     found = memory.search("Globex", group_ids="g", config=config, cross_encoder=TermOverlapScorer())
     assert [s.record.fact for s in found.facts] == ["Ann works at Globex"] and found.facts[0].score == 1.0
@@ -142,7 +150,7 @@ def test_cross_encoder_seam_scores_and_min_score(memory):
     assert memory.search("Globex", group_ids="g", config="cross_encoder").facts
     # with an LLM: one grading call through the LLM seam
     llm = ScriptedLLM(handler=lambda prompt, model: {"grades": [{"index": 0, "relevance": 0.7}]})
-    graded = Memory(embedder=memory.embedder, llm=llm, store=memory.store, clock=memory.clock)
+    graded = Memory(store, embedder=memory.embedder, llm=llm, clock=memory.clock)
     assert graded.search("Globex", group_ids="g", config="cross_encoder").facts[0].score == 0.7
     assert any(p.name == "rerank" for p in llm.calls)
     # through the memory's guard, counted in its totals (one grading call per target)
@@ -187,7 +195,7 @@ def test_bad_input_gives_clear_errors_or_empty_results(memory):
     missing = memory.search("Ann", group_ids="g", filters=Filters(labels=frozenset({"Planet"})))
     assert missing.entities == [] and missing.facts  # only entities are narrowed by labels
     everything = memory.search("chess", group_ids="g", limit=10_000)
-    assert 0 < len(everything.facts) <= memory.store.count(Kind.FACT)
+    assert 0 < len(everything.facts) <= len(memory.records(Kind.FACT))
     with pytest.raises(TimestampError):
         memory.search("chess", as_of=datetime(2024, 1, 1))
     with pytest.raises(TimestampError):
@@ -222,7 +230,7 @@ def test_config_validation():
     assert TargetConfig(reranker="episode_context").context is not None  # type: ignore[arg-type]
 
 
-def test_communities_by_text_and_by_bfs(memory):
+def test_communities_by_text_and_by_bfs(memory, store):
     t = memory.clock.now()
     emb = memory.embedder
 
@@ -233,7 +241,7 @@ def test_communities_by_text_and_by_bfs(memory):
             *[Membership(cid, entity_id(memory, m), "g", t) for m in members],
         ]
 
-    memory.store.write(
+    store.write(
         WriteBatch(puts=community("c1", "chess players", ["Ann", "Bob"]) + community("c2", "quiet group", ["Cid"]))
     )
     text = SearchConfig(communities=TargetConfig(methods=(Method.BM25,)))

@@ -131,9 +131,10 @@ def test_store_search_agrees_with_brute_force_on_both_timelines(make_store, time
 @settings(max_examples=15, deadline=None)
 @given(times=st.lists(fact_times(), min_size=1, max_size=15), queries=QUERY_TIMES)
 def test_memory_search_agrees_with_brute_force(times, queries):
-    memory = Memory(embedder=EMB, clock=FixedClock(NOW))
+    store = InMemoryStore(dim=EMB.dim)
+    memory = Memory(store, embedder=EMB, clock=FixedClock(NOW))
     facts = _facts(times)
-    memory.store.write(WriteBatch(puts=[*_entities(), *facts]))
+    store.write(WriteBatch(puts=[*_entities(), *facts]))
     config = SearchConfig(facts=TargetConfig(methods=(Method.BM25, Method.COSINE, Method.BFS), limit=50))
     for as_of, known_at, history in queries:
         found = memory.search(

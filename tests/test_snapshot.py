@@ -15,7 +15,7 @@ from tkg import FactInput, FixedClock, HashEmbedder, Memory, ScriptedLLM
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import ConfigurationError, SnapshotError, SnapshotFormatError, SnapshotVersionError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention
-from tkg.snapshot import MAGIC, read, save
+from tkg.snapshot import MAGIC, open_snapshot, read, save
 from tkg.storage import WriteBatch
 
 EMB = HashEmbedder(dim=16)
@@ -123,8 +123,8 @@ def test_any_graph_survives_a_round_trip_exactly(tmp_path, records):
         assert list(restored.scan(kind)) == list(store.scan(kind)), kind
 
 
-def _memory(clock_start: str = "2024-05-01T00:00:00Z") -> Memory:
-    return Memory(embedder=HashEmbedder(dim=16), clock=FixedClock(clock_start))
+def _memory(clock_start: str = "2024-05-01T00:00:00Z", store: InMemoryStore | None = None) -> Memory:
+    return Memory(store, embedder=HashEmbedder(dim=16), clock=FixedClock(clock_start))
 
 
 def _saved(tmp_path) -> tuple[Memory, os.PathLike[str]]:
@@ -192,12 +192,16 @@ def test_crash_during_save_keeps_previous_snapshot(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", [object(), 2**70], ids=["object", "int-over-64-bits"])
 def test_unserialisable_attribute_fails_before_touching_the_file(tmp_path, value):
-    memory, path = _saved(tmp_path)
+    store = InMemoryStore(dim=16)
+    memory = _memory(store=store)
+    memory.add_facts([FactInput("Alice", "WORKS_AT", "Acme")], group_id="g")
+    path = tmp_path / "m.tkg"
+    memory.save(path)
     before = path.read_bytes()
-    entity = next(iter(memory.store.scan(Kind.ENTITY)))
+    entity = next(iter(memory.records(Kind.ENTITY)))
     import dataclasses
 
-    memory.store.write(WriteBatch(puts=[dataclasses.replace(entity, attributes={"x": value})]))
+    store.write(WriteBatch(puts=[dataclasses.replace(entity, attributes={"x": value})]))
     with pytest.raises(SnapshotError):
         memory.save(path)
     assert path.read_bytes() == before
@@ -283,8 +287,6 @@ def _times_are_utc(records: list) -> bool:  # type: ignore[type-arg]
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=graphs(), deleted=st.sets(st.integers(0, 9), max_size=4))
 def test_restored_store_equals_the_saved_one_record_for_record_and_index_for_index(tmp_path, records, deleted):
-    from tkg.snapshot import restore
-
     store = InMemoryStore(dim=16, vector_tail=4)  # small tail: some vectors in the HNSW graph, some not
     store.write(WriteBatch(puts=records))
     # holes in the slots, and a fact whose vector was replaced (its old one stays, deleted, in the graph)
@@ -296,9 +298,8 @@ def test_restored_store_equals_the_saved_one_record_for_record_and_index_for_ind
         store.write(WriteBatch(puts=[dataclasses.replace(facts[0], embedding=EMB.embed(["changed"])[0])]))
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
-    _, contents = read(path)
     restored = InMemoryStore(dim=16, vector_tail=4)
-    report = restore(restored, contents)
+    report = open_snapshot(path).restore_into(restored)
     assert report["format"] == 3
     for kind in Kind:
         loaded = list(restored.scan(kind))
@@ -314,7 +315,8 @@ def test_restored_store_equals_the_saved_one_record_for_record_and_index_for_ind
 def test_loaded_memory_behaves_like_the_saved_one(tmp_path):
     from datetime import UTC, datetime
 
-    memory = _memory()
+    stores = {"saved": InMemoryStore(dim=16), "loaded": InMemoryStore(dim=16)}
+    memory = _memory(store=stores["saved"])
     memory.add_facts(
         [
             FactInput(f"Person {i}", "WORKS_AT", f"Org {i % 5}", valid_at=f"202{i % 4}-01-01T00:00:00Z")
@@ -326,7 +328,9 @@ def test_loaded_memory_behaves_like_the_saved_one(tmp_path):
     memory.add_facts([FactInput("Zed", "KNOWS", "Yan")], group_id="h")
     path = tmp_path / "m.tkg"
     memory.save(path)
-    loaded = Memory.load(path, embedder=HashEmbedder(dim=16), clock=FixedClock("2024-05-01T00:00:00Z"))
+    loaded = Memory.load(
+        path, embedder=HashEmbedder(dim=16), clock=FixedClock("2024-05-01T00:00:00Z"), store=stores["loaded"]
+    )
     queries = ["Person 1 works", "Org 3", "Zed knows"]
     points = [
         {},
@@ -347,9 +351,9 @@ def test_loaded_memory_behaves_like_the_saved_one(tmp_path):
 
     assert answers(loaded) == answers(memory)  # same hits, bit-identical scores
     # further writes and removals behave the same on both
-    for m in (memory, loaded):
+    for m, store in ((memory, stores["saved"]), (loaded, stores["loaded"])):
         m.add_facts([FactInput("Person 2", "KNOWS", "Newcomer")], group_id="g")
         fact = m.search("Person 3 works", group_ids=["g"]).facts[0].record
-        m.store.write(WriteBatch(deletes=[(Kind.FACT, fact.id)]))
+        store.write(WriteBatch(deletes=[(Kind.FACT, fact.id)]))
     assert answers(loaded) == answers(memory)
     assert loaded.stats()["records"] == memory.stats()["records"]

@@ -15,9 +15,10 @@ from conftest import T0
 
 from tkg import FactInput, FixedClock, HashEmbedder, Memory
 from tkg.backends.memory import InMemoryStore
+from tkg.backends.memory.persist import export_indexes
 from tkg.errors import SnapshotFormatError
 from tkg.models import Entity, Fact, Kind
-from tkg.snapshot import _TRAILER, MAGIC, _graph_sections, read, restore, save, write_v1
+from tkg.snapshot import MAGIC, TRAILER, open_snapshot, read, save, write_v1
 from tkg.storage import WriteBatch
 from tkg.timeline import make_scope
 
@@ -87,16 +88,15 @@ def test_index_carrying_snapshot_loads_indexes_and_answers_like_the_saved_store(
         store.flush()
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    report = restore(loaded, contents)
+    report = open_snapshot(path).restore_into(loaded)
     assert set(report["graphs"].values()) == {"loaded"} and set(report["text"].values()) == {"loaded"}
     expected = _answers(store)
     _same(_answers(loaded), expected)
     if flushed:
         _, contents = read(path)
         rebuilt = InMemoryStore(dim=16)
-        rebuilt.load(list(contents))
+        rebuilt.load(contents)
         _same(_answers(rebuilt), expected)
     for kind in Kind:
         assert list(loaded.scan(kind)) == list(store.scan(kind)), kind
@@ -115,8 +115,9 @@ def test_memory_round_trip_reports_loaded_indexes(tmp_path):
     memory = Memory(embedder=HashEmbedder(dim=16), clock=FixedClock("2024-05-01T00:00:00Z"))
     memory.add_facts([FactInput(f"P{i}", "WORKS_AT", f"Org{i % 7}") for i in range(600)], group_id="g")
     memory.save(tmp_path / "m.tkg")
-    loaded = Memory.load(tmp_path / "m.tkg", embedder=HashEmbedder(dim=16))
-    assert set(loaded.store.stats()["restored"]["graphs"].values()) == {"loaded"}
+    restored = InMemoryStore(dim=16)
+    loaded = Memory.load(tmp_path / "m.tkg", embedder=HashEmbedder(dim=16), store=restored)
+    assert set(restored.stats()["restored"]["graphs"].values()) == {"loaded"}
     found = loaded.search("P5 works", group_ids=["g"]).facts
     assert [f.record.id for f in found] == [f.record.id for f in memory.search("P5 works", group_ids=["g"]).facts]
 
@@ -124,7 +125,7 @@ def test_memory_round_trip_reports_loaded_indexes(tmp_path):
 def _rewrite_section(path, name, mutate) -> None:
     """Replace one section's bytes, with valid checksums, as a writer bug would; the file is reassembled."""
     data = path.read_bytes()
-    table_offset, table_length, _ = _TRAILER.unpack(data[-_TRAILER.size :])
+    table_offset, table_length, _ = TRAILER.unpack(data[-TRAILER.size :])
     table = msgpack.unpackb(data[table_offset : table_offset + table_length], raw=False)
     out = bytearray(data[: len(MAGIC) + 2])
     for section in table["sections"]:
@@ -135,7 +136,7 @@ def _rewrite_section(path, name, mutate) -> None:
         section["offset"], section["length"] = len(out), len(body)
         out += body
     packed = msgpack.packb(table, use_bin_type=True)
-    path.write_bytes(bytes(out) + packed + _TRAILER.pack(len(out), len(packed), hashlib.sha256(packed).digest()))
+    path.write_bytes(bytes(out) + packed + TRAILER.pack(len(out), len(packed), hashlib.sha256(packed).digest()))
 
 
 def test_mismatched_index_sections_are_rebuilt_not_used(tmp_path):
@@ -155,9 +156,9 @@ def test_mismatched_index_sections_are_rebuilt_not_used(tmp_path):
             ]
         )
     )
-    other_state = other._vectors[Kind.ENTITY].export_graph()
-    assert other_state is not None
-    for name, body in _graph_sections(Kind.ENTITY, other_state).items():
+    other_sections = export_indexes(other).sections
+    for name in ("hnsw/entity", "hnswdata/entity"):
+        body = other_sections[name]
         _rewrite_section(path, name, lambda raw, body=body: body if isinstance(body, bytes) else body.tobytes())
 
     def shuffled_bm25(raw: bytes) -> bytes:
@@ -169,9 +170,8 @@ def test_mismatched_index_sections_are_rebuilt_not_used(tmp_path):
 
     _rewrite_section(path, "bm25/fact", shuffled_bm25)
 
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    report = restore(loaded, contents)
+    report = open_snapshot(path).restore_into(loaded)
     assert report["graphs"]["entity"] == "rebuilt" and report["graphs"]["fact"] == "loaded"
     assert report["text"]["fact"] == "rebuilt" and report["text"]["entity"] == "loaded"
     _same(_answers(loaded), expected)
@@ -183,9 +183,8 @@ def test_implausible_slots_drop_every_index(tmp_path):
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
     _rewrite_section(path, "slots/fact", lambda raw: raw[8:] + raw[:8])  # no longer increasing
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    report = restore(loaded, contents)
+    report = open_snapshot(path).restore_into(loaded)
     assert set(report["graphs"].values()) == {"rebuilt"} and set(report["text"].values()) == {"rebuilt"}
     _same(_answers(loaded), _answers(store))
 
@@ -198,7 +197,7 @@ def test_corrupt_section_raises_and_leaves_no_temp_files(tmp_path, section):
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
     data = bytearray(path.read_bytes())
-    table_offset, table_length, _ = _TRAILER.unpack(data[-_TRAILER.size :])
+    table_offset, table_length, _ = TRAILER.unpack(data[-TRAILER.size :])
     table = msgpack.unpackb(bytes(data[table_offset : table_offset + table_length]), raw=False)
     place = next(s for s in table["sections"] if s["name"] == section)
     data[place["offset"] + place["length"] // 2] ^= 0xFF
@@ -214,11 +213,12 @@ def test_format_1_snapshots_still_load(tmp_path):
     path = tmp_path / "old.tkg"
     write_v1(store, path, {"dim": 16, "embedder": EMB.name})
     assert path.read_bytes()[len(MAGIC) : len(MAGIC) + 2] == struct.pack(">H", 1)
-    loaded = Memory.load(path, embedder=EMB)
-    assert loaded.store.stats()["restored"]["format"] == 1
+    restored = InMemoryStore(dim=16)
+    loaded = Memory.load(path, embedder=EMB, store=restored)
+    assert restored.stats()["restored"]["format"] == 1
     for kind in Kind:
-        assert list(loaded.store.scan(kind)) == list(store.scan(kind)), kind
-    _same(_answers(loaded.store), _answers(store))  # type: ignore[arg-type]
+        assert list(loaded.records(kind)) == list(store.scan(kind)), kind
+    _same(_answers(restored), _answers(store))
 
 
 def test_records_share_one_copy_of_each_vector(tmp_path):
@@ -228,9 +228,8 @@ def test_records_share_one_copy_of_each_vector(tmp_path):
     assert not fact.embedding.flags.writeable and fact.embedding.base is not None  # a view of the index's rows
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    restore(loaded, contents)
+    open_snapshot(path).restore_into(loaded)
     f1, f2 = loaded.get(Kind.FACT, ["f1", "f2"])
     assert np.shares_memory(f1.embedding, f2.embedding.base)  # type: ignore[union-attr]
 
@@ -239,7 +238,7 @@ def _as_format_2(path, store: InMemoryStore) -> None:
     """Rewrite a format-3 file the way format 2 wrote it: hnswlib's own index file in ``hnsw/<kind>``, no
     ``scale`` or ``hnswdata`` sections, version 2 in the header."""
     data = path.read_bytes()
-    table_offset, table_length, _ = _TRAILER.unpack(data[-_TRAILER.size :])
+    table_offset, table_length, _ = TRAILER.unpack(data[-TRAILER.size :])
     table = msgpack.unpackb(data[table_offset : table_offset + table_length], raw=False)
     out = bytearray(MAGIC + struct.pack(">H", 2))
     sections = []
@@ -257,7 +256,7 @@ def _as_format_2(path, store: InMemoryStore) -> None:
         out += body
     table["sections"] = sections
     packed = msgpack.packb(table, use_bin_type=True)
-    path.write_bytes(bytes(out) + packed + _TRAILER.pack(len(out), len(packed), hashlib.sha256(packed).digest()))
+    path.write_bytes(bytes(out) + packed + TRAILER.pack(len(out), len(packed), hashlib.sha256(packed).digest()))
 
 
 @pytest.mark.parametrize("flushed", [True, False], ids=["flushed", "with-tails"])
@@ -269,9 +268,8 @@ def test_format_2_snapshots_still_load_their_indexes(tmp_path, flushed):
     save(store, path, {"dim": 16})
     _as_format_2(path, store)
     assert path.read_bytes()[len(MAGIC) : len(MAGIC) + 2] == struct.pack(">H", 2)
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    report = restore(loaded, contents)
+    report = open_snapshot(path).restore_into(loaded)
     assert report["format"] == 2
     assert set(report["graphs"].values()) == {"loaded"} and set(report["text"].values()) == {"loaded"}
     _same(_answers(loaded), _answers(store))
@@ -304,9 +302,8 @@ def test_a_graph_whose_links_point_nowhere_is_rebuilt_not_followed(tmp_path):
         return bytes(data)
 
     _rewrite_section(path, "hnswdata/entity", bad_link)
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    report = restore(loaded, contents)
+    report = open_snapshot(path).restore_into(loaded)
     assert report["graphs"]["entity"] == "rebuilt" and report["graphs"]["fact"] == "loaded"
     _same(_answers(loaded), _answers(store))
 
@@ -316,9 +313,8 @@ def test_loaded_graph_holds_bit_identical_vectors_and_scores(tmp_path):
     store.flush()
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    restore(loaded, contents)
+    open_snapshot(path).restore_into(loaded)
     for kind in (Kind.ENTITY, Kind.FACT):
         before, after = store._vectors[kind]._graph, loaded._vectors[kind]._graph
         assert before is not None and after is not None
@@ -337,9 +333,8 @@ def test_implausible_saved_scales_are_recomputed_not_used(tmp_path):
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
     _rewrite_section(path, "scale/fact", lambda raw: np.full(len(raw) // 4, 2.0, dtype="<f4").tobytes())
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    restore(loaded, contents)
+    open_snapshot(path).restore_into(loaded)
     slots = np.flatnonzero(store._vectors[Kind.FACT].has_vec.view())
     assert np.allclose(loaded._vectors[Kind.FACT].scales(slots), store._vectors[Kind.FACT].scales(slots), rtol=1e-6)
     _same(_answers(loaded), _answers(store))
@@ -354,14 +349,13 @@ def test_vectors_read_beside_the_records_whatever_the_os_offers(tmp_path, monkey
     store = _store()
     path = tmp_path / "m.tkg"
     save(store, path, {"dim": 16})
-    _, contents = read(path)
     loaded = InMemoryStore(dim=16)
-    restore(loaded, contents)
+    open_snapshot(path).restore_into(loaded)
     for kind in Kind:
         assert list(loaded.scan(kind)) == list(store.scan(kind)), kind
     _same(_answers(loaded), _answers(store))
     data = bytearray(path.read_bytes())
-    table_offset, table_length, _ = _TRAILER.unpack(data[-_TRAILER.size :])
+    table_offset, table_length, _ = TRAILER.unpack(data[-TRAILER.size :])
     table = msgpack.unpackb(bytes(data[table_offset : table_offset + table_length]), raw=False)
     place = next(s for s in table["sections"] if s["name"] == "vectors/entity")
     data[place["offset"] + place["length"] - 1] ^= 0x01

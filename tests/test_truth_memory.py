@@ -31,11 +31,11 @@ def make(llm: Any = None, **kwargs: Any) -> Memory:
 
 
 def facts(memory: Memory) -> dict[str, Fact]:
-    return {f.fact: f for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact)}
+    return {f.fact: f for f in memory.records(Kind.FACT) if isinstance(f, Fact)}
 
 
 def names(memory: Memory) -> list[str]:
-    return sorted(e.name for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity))
+    return sorted(e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity))
 
 
 def test_a_plain_episode_costs_one_llm_call_and_a_contradiction_two() -> None:
@@ -97,7 +97,7 @@ def test_an_ambiguous_name_is_merged_by_the_batched_call_keeping_the_fullest_nam
     memory.add_episode("Bob: I met Alice at Acme.", group_id="g")
     result = memory.add_episode("Carol: I WORKS_AT Acme since 2020. Alice Smith MANAGES Acme.", group_id="g")
     assert result.usage.by_prompt.get("resolve") == 1 and result.decisions.get("entity_llm") == 1
-    alice = next(e for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity) and "Alice" in e.name)
+    alice = next(e for e in memory.records(Kind.ENTITY) if isinstance(e, Entity) and "Alice" in e.name)
     assert alice.name == "Alice Smith" and alice.aliases == ("Alice",)
     assert names(memory).count("Alice Smith") == 1
 
@@ -130,11 +130,11 @@ def test_a_failing_llm_keeps_the_episode_for_retry_and_writes_nothing_else() -> 
     assert calls["n"] == 4  # max_attempts
     failed = memory.failed_episodes("g")
     assert [e.id for e in failed] == [info.value.episode_id] and "overloaded" in failed[0].error
-    assert memory.store.count(Kind.ENTITY) == 0 and memory.store.count(Kind.FACT) == 0
+    assert len(memory.records(Kind.ENTITY)) == 0 and len(memory.records(Kind.FACT)) == 0
     assert memory.usage.failures == 1 and memory.usage.retries == 3
     retried = memory.retry(info.value.episode_id)
     assert retried.status is EpisodeStatus.EXTRACTED and "Alice lives in Paris" in facts(memory)
-    assert memory.failed_episodes() == [] and memory.store.count(Kind.EPISODE) == 1
+    assert memory.failed_episodes() == [] and len(memory.records(Kind.EPISODE)) == 1
     with pytest.raises(ValidationError):
         memory.retry(info.value.episode_id)
 
@@ -189,7 +189,7 @@ def test_an_ontology_that_conflicts_with_existing_data_is_refused() -> None:
     memory.add_facts([FactInput("Alice", "LIVES_IN", "Paris"), FactInput("Alice", "LIVES_IN", "Rome")], group_id="g")
     onto = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
     with pytest.raises(ConfigurationError, match="two LIVES_IN facts at once"):
-        Memory(memory.store, embedder=memory.embedder, ontology=onto)
+        memory.with_config(ontology=onto)
 
 
 class Person(BaseModel):
@@ -231,7 +231,7 @@ def test_reflection_is_an_extra_call_when_switched_on() -> None:
 def test_extraction_off_links_known_entities_and_dates_time_phrases() -> None:
     memory = make(RulesLLM())
     memory.add_facts([FactInput("Robert Smith", "WORKS_AT", "Acme")], group_id="g")
-    bob = next(e for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity) and e.name == "Robert Smith")
+    bob = next(e for e in memory.records(Kind.ENTITY) if isinstance(e, Entity) and e.name == "Robert Smith")
     result = memory.add_episode(
         "Carol: I saw Robert Smith at acme two weeks ago.", group_id="g", extract=False, reference_time=T0
     )
@@ -271,20 +271,20 @@ def test_relative_dates_need_a_reference_time() -> None:
     memory = make(None)
     with pytest.raises(TimestampError):
         memory.add_facts([FactInput("Alice", "LIVES_IN", "Rome", valid_at="the twelfth of never")], group_id="g")
-    assert memory.store.count(Kind.EPISODE) == 0
+    assert len(memory.records(Kind.EPISODE)) == 0
 
 
 def test_remove_episode_reverts_its_invalidations_and_orphans() -> None:
     memory = make(RulesLLM())
     memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
-    before = {f.id: f for f in memory.store.scan(Kind.FACT)}
-    ents_before = {e.id: e for e in memory.store.scan(Kind.ENTITY)}
+    before = {f.id: f for f in memory.records(Kind.FACT)}
+    ents_before = {e.id: e for e in memory.records(Kind.ENTITY)}
     second = memory.add_episode("Alice Smith: I LIVES_IN Berlin since 2023.", group_id="g")
-    assert any(f.expired_at for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact))
+    assert any(f.expired_at for f in memory.records(Kind.FACT) if isinstance(f, Fact))
     removed = memory.remove_episode(second.episode.id)
     assert len(removed.deleted_facts) == 1 and len(removed.restored_facts) == 1
-    assert {f.id: f for f in memory.store.scan(Kind.FACT)} == before
-    assert {e.id: e for e in memory.store.scan(Kind.ENTITY)} == ents_before
+    assert {f.id: f for f in memory.records(Kind.FACT)} == before
+    assert {e.id: e for e in memory.records(Kind.ENTITY)} == ents_before
 
 
 def test_bulk_ingestion_catches_contradictions_inside_the_batch_and_matches_sequential() -> None:
@@ -304,10 +304,10 @@ def test_bulk_ingestion_catches_contradictions_inside_the_batch_and_matches_sequ
     assert facts(bulk)["Bob works at Acme"].invalid_at == datetime(2021, 1, 1, tzinfo=UTC)
 
     def canon(memory: Memory) -> list[tuple[Any, ...]]:
-        ents = {e.id: e.name for e in memory.store.scan(Kind.ENTITY)}
+        ents = {e.id: e.name for e in memory.records(Kind.ENTITY)}
         return sorted(
             (ents[f.source_id], f.relation, ents[f.target_id], f.valid_at, f.invalid_at, f.expired_at is None)
-            for f in memory.store.scan(Kind.FACT)
+            for f in memory.records(Kind.FACT)
             if isinstance(f, Fact)
         )
 
@@ -344,7 +344,7 @@ def test_removing_a_middle_episode_resettles_single_valued_facts() -> None:
     texts = ["Paris", "Rome", "Paris", "Rome"]
     results = [memory.add_episode(f"Alice: I LIVES_IN {city} since 2010.", group_id="g") for city in texts]
     memory.remove_episode(results[1].episode.id)
-    live = [f for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
+    live = [f for f in memory.records(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
     assert [f.fact for f in live] == ["Alice lives in Rome"]
 
 
@@ -370,12 +370,12 @@ def test_a_declared_relation_between_the_wrong_types_becomes_relates_to() -> Non
 
 def test_a_failing_community_refresh_does_not_fail_the_episode(monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make(RulesLLM())
-    assert memory.communities is not None
+    assert memory._communities is not None
 
     def refresh_fails(store: Any, group_id: str) -> None:
         raise LLMError("HTTP 400: summaries unavailable")
 
-    monkeypatch.setattr(memory.communities, "maybe_refresh", refresh_fails)
+    monkeypatch.setattr(memory._communities, "maybe_refresh", refresh_fails)
     result = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
     assert result.status is EpisodeStatus.EXTRACTED and "Alice lives in Paris" in facts(memory)
     assert any("community refresh" in w for w in result.warnings) and memory.failed_episodes() == []

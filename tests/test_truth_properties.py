@@ -53,7 +53,7 @@ def message(statement: Statement) -> str:
 def state(memory: Memory) -> dict[str, dict[str, Any]]:
     """Every record by kind and id: the graph (communities are derived and refreshed, not reverted)."""
     return {
-        kind.value: {r.id: r for r in memory.store.scan(kind)}
+        kind.value: {r.id: r for r in memory.records(kind)}
         for kind in Kind
         if kind not in (Kind.COMMUNITY, Kind.MEMBERSHIP)
     }
@@ -67,7 +67,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.removed_facts: set[str] = set()
 
     def _record(self) -> None:
-        self.ever |= {f.id for f in self.memory.store.scan(Kind.FACT)}
+        self.ever |= {f.id for f in self.memory.records(Kind.FACT)}
 
     @rule(statement=statements)
     def add_episode(self, statement: Statement) -> None:
@@ -94,7 +94,7 @@ class TruthMachine(RuleBasedStateMachine):
 
     @rule(pick=st.integers(0, 1000))
     def remove(self, pick: int) -> None:
-        episodes = [e.id for e in sorted(self.memory.store.scan(Kind.EPISODE), key=lambda e: e.created_at)]
+        episodes = [e.id for e in sorted(self.memory.records(Kind.EPISODE), key=lambda e: e.created_at)]
         if not episodes:
             return
         result = self.memory.remove_episode(episodes[pick % len(episodes)])
@@ -109,14 +109,14 @@ class TruthMachine(RuleBasedStateMachine):
 
     @invariant()
     def time_intervals_are_ordered(self) -> None:
-        for fact in self.memory.store.scan(Kind.FACT):
+        for fact in self.memory.records(Kind.FACT):
             assert isinstance(fact, Fact)
             if fact.valid_at is not None and fact.invalid_at is not None:
                 assert fact.invalid_at >= fact.valid_at, fact
 
     @invariant()
     def expired_exactly_when_superseded(self) -> None:
-        for fact in self.memory.store.scan(Kind.FACT):
+        for fact in self.memory.records(Kind.FACT):
             assert isinstance(fact, Fact)
             assert (fact.expired_at is None) == (fact.invalidated_by is None), fact
             if fact.expired_at is not None:
@@ -127,7 +127,7 @@ class TruthMachine(RuleBasedStateMachine):
 
     @invariant()
     def single_valued_relations_hold_one_object_at_a_time(self) -> None:
-        live = [f for f in self.memory.store.scan(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
+        live = [f for f in self.memory.records(Kind.FACT) if isinstance(f, Fact) and f.expired_at is None]
         for i, a in enumerate(live):
             for b in live[i + 1 :]:
                 if a.relation in SINGLE and a.relation == b.relation and a.source_id == b.source_id:
@@ -135,18 +135,18 @@ class TruthMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_is_deleted_except_by_remove_episode(self) -> None:
-        present = {f.id for f in self.memory.store.scan(Kind.FACT)}
+        present = {f.id for f in self.memory.records(Kind.FACT)}
         assert self.ever - self.removed_facts <= present
 
     @invariant()
     def provenance_and_mentions_point_to_existing_records(self) -> None:
-        episodes = {e.id for e in self.memory.store.scan(Kind.EPISODE) if isinstance(e, Episode)}
-        entities = {e.id for e in self.memory.store.scan(Kind.ENTITY) if isinstance(e, Entity)}
-        for fact in self.memory.store.scan(Kind.FACT):
+        episodes = {e.id for e in self.memory.records(Kind.EPISODE) if isinstance(e, Episode)}
+        entities = {e.id for e in self.memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+        for fact in self.memory.records(Kind.FACT):
             assert isinstance(fact, Fact)
             assert fact.episodes and set(fact.episodes) <= episodes
             assert {fact.source_id, fact.target_id} <= entities
-        for mention in self.memory.store.mentions(episode_ids=sorted(episodes)):
+        for mention in (m for e in sorted(episodes) for m in self.memory.episode_mentions(e)):
             assert isinstance(mention, Mention) and mention.entity_id in entities
 
 
@@ -166,7 +166,7 @@ def test_batching_does_not_change_the_result(batch: list[tuple[str, Statement]])
         sequential.add_episode(**item)
 
     def canon(memory: Memory) -> list[tuple[Any, ...]]:
-        names = {e.id: (e.group_id, e.name) for e in memory.store.scan(Kind.ENTITY) if isinstance(e, Entity)}
+        names = {e.id: (e.group_id, e.name) for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
         return sorted(
             (
                 names[f.source_id],
@@ -177,7 +177,7 @@ def test_batching_does_not_change_the_result(batch: list[tuple[str, Statement]])
                 f.expired_at,
                 len(f.episodes),
             )
-            for f in memory.store.scan(Kind.FACT)
+            for f in memory.records(Kind.FACT)
             if isinstance(f, Fact)
         )
 

@@ -260,7 +260,7 @@ class BackgroundIngestor:
         self._queued += 1
 
     def _still_queued(self, episode_id: str) -> bool:
-        current = self.memory.store.get(Kind.EPISODE, [episode_id])[0]
+        current = self.memory.get_many(Kind.EPISODE, [episode_id])[0]
         return isinstance(current, Episode) and current.status is EpisodeStatus.QUEUED
 
     def _active(self, episode_id: str) -> bool:

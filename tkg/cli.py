@@ -375,7 +375,8 @@ class IngestReport:
 
 
 def _counts(memory: Memory) -> dict[str, int]:
-    return {kind.value: memory.store.count(kind) for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT)}
+    counts = memory.stats()["records"]
+    return {kind.value: counts[kind.value] for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT)}
 
 
 def ingest(memory: Memory, items: Sequence[Item], *, name: str, group: str | None = None) -> IngestReport:
@@ -663,7 +664,7 @@ def _employer_facts(memory: Memory, as_of: datetime | None) -> list[Fact]:
     """Alice's WORKS_AT facts that held at ``as_of`` (now when ``None``), found through search."""
     results = memory.search("Where does Alice work?", group_ids=[DEMO_GROUP], as_of=as_of, targets=("facts",), limit=20)
     facts = [s.record for s in results.facts if s.record.relation == "WORKS_AT"]
-    sources = memory.store.get(Kind.ENTITY, [f.source_id for f in facts])
+    sources = memory.get_many(Kind.ENTITY, [f.source_id for f in facts])
     return [f for f, e in zip(facts, sources, strict=True) if isinstance(e, Entity) and e.name == "Alice"]
 
 

@@ -191,13 +191,15 @@ class CommunityTier:
     """Detects, extends, summarises and refreshes communities; see the module notes.
 
     >>> from tkg import FixedClock, HashEmbedder, Memory
+    >>> from tkg.backends.memory import InMemoryStore
     >>> from tkg.memory import FactInput
-    >>> memory = Memory(embedder=HashEmbedder(), clock=FixedClock("2024-05-01T00:00:00Z"))
+    >>> store = InMemoryStore(dim=HashEmbedder().dim)
+    >>> memory = Memory(store, embedder=HashEmbedder(), clock=FixedClock("2024-05-01T00:00:00Z"))
     >>> _ = memory.add_facts([FactInput("Alice", "WORKS_AT", "Acme"), FactInput("Bob", "WORKS_AT", "Acme")],
     ...                      group_id="demo")
     >>> tier = CommunityTier(memory.embedder, clock=memory.clock)
-    >>> report = tier.refresh(memory.store, "demo")
-    >>> report.communities, report.members, [c.name for c in memory.store.scan(Kind.COMMUNITY)]
+    >>> report = tier.refresh(store, "demo")
+    >>> report.communities, report.members, [c.name for c in store.scan(Kind.COMMUNITY)]
     (1, 3, ['Acme, Alice, Bob'])
     """
 

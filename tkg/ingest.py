@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,6 +26,7 @@ from tkg.llm.base import LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.prompts import extraction_prompt, reflection_prompt, resolution_prompt
 from tkg.llm.schema import GraphExtraction, Resolution
+from tkg.locks import MemoryLocks
 from tkg.models import Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Record, Vector
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
@@ -71,8 +71,9 @@ class RemovalResult:
 
 
 class Ingestor:
-    """The ingestion machinery behind :class:`tkg.Memory` (one per memory). ``lock`` serialises store access
-    between threads; LLM calls are made without holding it."""
+    """The ingestion machinery behind :class:`tkg.Memory` (one per memory). It reads the store under the
+    memory's read lock and writes under its write lock (:mod:`tkg.locks`); LLM calls are made without holding
+    either, and a group's lock is held for the whole ingestion of one of its episodes."""
 
     def __init__(
         self,
@@ -81,7 +82,7 @@ class Ingestor:
         llm: GuardedLLM | None,
         config: MemoryConfig,
         ontology: Ontology,
-        lock: threading.RLock,
+        locks: MemoryLocks,
         communities: CommunityTier | None = None,
     ) -> None:
         self.store = store
@@ -90,8 +91,7 @@ class Ingestor:
         self.llm = llm
         self.config = config
         self.ontology = ontology
-        self.lock = lock
-        self._group_locks: dict[str, threading.Lock] = {}
+        self.locks = locks
         self.settings = PlanSettings(
             ontology=ontology,
             rules=config.resolution,
@@ -108,7 +108,7 @@ class Ingestor:
             return []
         want = n + len(earlier) + 1
         while True:
-            with self.lock:
+            with self.locks.read():
                 found = self.store.recent_episodes(episode.group_id, episode.reference_time, want)
             # A queued episode is not yet part of what the memory knows: sequential ingestion would not have seen
             # it (a group's queue applies in order, so those queued before this one are already extracted).
@@ -132,16 +132,15 @@ class Ingestor:
             found = GraphExtraction(entities=[*found.entities, *more.entities], facts=[*found.facts, *more.facts])
         return found
 
-    @contextlib.contextmanager
-    def group_lock(self, group_id: str) -> Iterator[None]:
+    def group_lock(self, group_id: str) -> contextlib.AbstractContextManager[None]:
         """Held while one episode of the group is ingested or removed: episodes of one group apply one at a time,
-        in order. A store shared by several processes (one with a ``group_lock`` of its own, such as PostgreSQL)
-        is locked too, so two processes never plan from the same state."""
-        with self.lock:
-            local = self._group_locks.setdefault(group_id, threading.Lock())
-        shared = getattr(self.store, "group_lock", None)
-        with local, shared(group_id) if shared is not None else contextlib.nullcontext():
-            yield
+        in order (a shared store's own group lock included, so two processes never plan from the same state)."""
+        return self.locks.group(group_id, self.store)
+
+    def stored_episode(self, episode_id: str) -> Episode | None:
+        with self.locks.read():
+            found = self.store.get(Kind.EPISODE, [episode_id])[0]
+        return found if isinstance(found, Episode) else None
 
     # -- one episode ----------------------------------------------------------------------------------------
     def ingest(
@@ -220,7 +219,7 @@ class Ingestor:
         if episode.source is EpisodeSource.JSON:
             return draft
         grams = list(name_grams(episode.content))
-        with self.lock:
+        with self.locks.read():
             found = self.store.entities_by_name(episode.group_id, grams) if grams else {}
         for gram in grams:
             entities = found.get(normalize_name(gram))
@@ -246,7 +245,7 @@ class Ingestor:
         if missing:
             made = check_vectors(self.embedder.embed(missing), self.embedder.dim, len(missing))
             vectors.update(zip(missing, made, strict=True))
-        with self.lock:
+        with self.locks.read():
             self.check_new(episode, replace_stored=replace_stored)
             planner = EpisodePlanner(self.store, episode, now, self.settings, vectors)
             questions = planner.questions(draft) if ask and self.llm is not None else Questions()
@@ -257,10 +256,11 @@ class Ingestor:
             answer = self.llm.call(
                 resolution_prompt(episode, questions.names, questions.facts, names), Resolution, usage
             )
-        with self.lock:
+        with self.locks.read():
             plan = planner.build(draft, questions, answer)
-            episode = dataclasses.replace(episode, embedding=vectors[episode.content])
-            self._embed_plan(plan, vectors)
+        episode = dataclasses.replace(episode, embedding=vectors[episode.content])
+        self._embed_plan(plan, vectors)
+        with self.locks.write():
             puts: list[Record] = [episode, *plan.entities.values(), *plan.facts.values(), *plan.mentions.values()]
             deletes: list[tuple[Kind, str]] = []
             if self.communities is not None and (plan.entities or plan.facts):
@@ -288,7 +288,7 @@ class Ingestor:
         if self.communities is None:
             return
         try:
-            with self.lock:
+            with self.locks.write():
                 refreshed = self.communities.maybe_refresh(self.store, group_id)
         except Exception as exc:  # the episode is written: failing it now would report stored work as lost
             if isinstance(exc, LLMError):
@@ -301,7 +301,7 @@ class Ingestor:
     def _entity_names(self, questions: Questions) -> dict[str, str]:
         ids = {c.source_id for f in questions.facts for c in f.candidates}
         ids |= {c.target_id for f in questions.facts for c in f.candidates}
-        with self.lock:
+        with self.locks.read():
             records = self.store.get(Kind.ENTITY, sorted(ids))
         return {r.id: r.name for r in records if isinstance(r, Entity)}
 
@@ -320,7 +320,7 @@ class Ingestor:
         vector = (vectors or {}).get(episode.content)
         if vector is None:
             vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
-        with self.lock:
+        with self.locks.write():
             current = self.store.get(Kind.EPISODE, [episode.id])[0]
             replaceable = _REPLACEABLE_STORED if replace_stored else _REPLACEABLE
             # A stored episode removed meanwhile stays removed (current is None): nothing is written back.
@@ -349,7 +349,7 @@ class Ingestor:
     def remove(self, episode: Episode, now: datetime) -> RemovalResult:
         """Remove an episode and everything only it supports; restore what it invalidated (see
         :meth:`tkg.Memory.remove_episode`)."""
-        with self.lock:
+        with self.group_lock(episode.group_id), self.locks.write():
             return self._remove(episode, now)
 
     def _resettle(

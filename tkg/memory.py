@@ -1,19 +1,17 @@
-"""The public facade: add episodes and facts, search, build context, snapshot."""
+"""The public facade, and the only door to a memory: add episodes and facts, search, build context, read,
+snapshot. Servers, the CLI, pictures and background ingestion all come in through here (see :mod:`tkg.locks`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tkg import snapshot
+from tkg import reads, snapshot
+from tkg.bulk import ingest_batch
 from tkg.clock import Clock, SystemClock
 from tkg.community_tier import CommunityConfig, CommunityReport, CommunityTier
 from tkg.config import MemoryConfig
@@ -21,101 +19,32 @@ from tkg.context import Context, TokenCounter, approx_tokens, construct
 from tkg.drafts import Draft, add_fact
 from tkg.embedders.base import Embedder, check_vectors
 from tkg.errors import (
+    BackendError,
     ConfigurationError,
-    EpisodeError,
-    ExtractionFailedError,
-    LLMError,
     NotFoundError,
     TimestampError,
     UnknownGroupError,
     ValidationError,
 )
 from tkg.ingest import EpisodeResult, Ingestor, RemovalResult
+from tkg.inputs import EpisodeInput, FactInput, make_episode, resolve_when
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.schema import GraphExtraction
-from tkg.models import (
-    Episode,
-    EpisodeSource,
-    EpisodeStatus,
-    Fact,
-    Kind,
-    Mention,
-    Record,
-    Vector,
-    check_group_id,
-    check_id,
-    new_id,
-)
+from tkg.locks import MemoryLocks
+from tkg.models import Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Mention, Record, check_group_id
 from tkg.ontology import Ontology
+from tkg.reads import Neighbourhood
 from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer
 from tkg.search import SearchResults, search
-from tkg.search_config import TARGET_KINDS, Reranker, SearchConfig, TargetConfig, preset
+from tkg.search_config import Reranker, SearchConfig, TargetConfig, choose
 from tkg.storage import Store, WriteBatch
-from tkg.temporal import resolve_time
 from tkg.timeline import Filters, make_scope
 from tkg.timeutil import optional_utc, to_utc
 
-__all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "RemovalResult"]
+__all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
-
-@dataclass(frozen=True, slots=True)
-class FactInput:
-    """A structured fact for :meth:`Memory.add_facts` (no LLM involved).
-
-    ``valid_at`` / ``invalid_at`` take datetimes, ISO-8601 strings, or time phrases ("two weeks ago", "in 2019")
-    resolved against the call's reference time.
-
-    >>> FactInput("Alice", "WORKS_AT", "Acme", valid_at="2021-01-01T00:00:00Z").relation
-    'WORKS_AT'
-    """
-
-    subject: str
-    relation: str
-    object: str
-    fact: str | None = None
-    valid_at: datetime | str | None = None
-    invalid_at: datetime | str | None = None
-    subject_label: str = "Entity"
-    object_label: str = "Entity"
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> FactInput:
-        if not isinstance(data, Mapping):
-            raise ValidationError(f"a fact must be a FactInput or a mapping, got {type(data).__name__}")
-        try:
-            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-        except TypeError as exc:
-            raise ValidationError(f"a fact needs subject, relation and object: {exc}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeInput:
-    """One episode for :meth:`Memory.add_episodes` (the arguments of :meth:`Memory.add_episode`)."""
-
-    content: str | Mapping[str, Any] | list[Any]
-    group_id: str | None = None
-    source: EpisodeSource | str = EpisodeSource.MESSAGE
-    reference_time: datetime | str | None = None
-    source_description: str = ""
-    name: str = ""
-    episode_id: str | None = None
-
-    @classmethod
-    def of(cls, item: EpisodeInput | Mapping[str, Any] | str) -> EpisodeInput:
-        if isinstance(item, EpisodeInput):
-            return item
-        if isinstance(item, str):
-            return cls(item)
-        if isinstance(item, Mapping):
-            unknown = sorted(set(item) - set(cls.__dataclass_fields__))
-            if unknown:
-                raise ValidationError(f"unknown episode fields {unknown}")
-            try:
-                return cls(**item)
-            except TypeError as exc:
-                raise ValidationError(f"an episode needs content: {exc}") from None
-        raise ValidationError(f"an episode must be an EpisodeInput, a mapping or a string, not {type(item).__name__}")
+Groups = Sequence[str] | str | None
 
 
 class Memory:
@@ -127,9 +56,13 @@ class Memory:
     >>> memory.search("where does Alice work?", group_ids=["demo"]).facts[0].record.fact
     'Alice works at Acme'
 
-    Thread-safe: calls from several threads are serialised on the store, and episodes of one group are applied
-    one at a time. LLM calls go through one :class:`~tkg.llm.guard.GuardedLLM` (retries, one concurrency limit,
-    one rate limit), and :attr:`usage` sums their cost.
+    Thread-safe: reads run together, writes one at a time, and episodes of one group apply in order (the rule is
+    in :mod:`tkg.locks`). LLM calls go through one :class:`~tkg.llm.guard.GuardedLLM` (retries, one concurrency
+    limit, one rate limit), and :attr:`usage` sums their cost.
+
+    Configuration is fixed for the life of a memory (``config``, ``clock`` and ``ontology`` are read-only; use
+    :meth:`with_config` for another). The LLM and the embedder may be swapped (``memory.llm = ...``); the change
+    reaches every part that uses them.
     """
 
     def __init__(
@@ -146,25 +79,46 @@ class Memory:
             from tkg.backends.memory import InMemoryStore
 
             store = InMemoryStore(dim=embedder.dim)
+        if not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a tkg.storage.Store, got {type(store).__name__}")
         if store.dim != embedder.dim:
             raise ConfigurationError(f"the store holds {store.dim}-d vectors but the embedder makes {embedder.dim}-d")
-        self.store = store
-        self.clock = clock or SystemClock()
-        self.config = config or MemoryConfig()
-        self.ontology = ontology or Ontology()
-        self._check_ontology()
-        self._lock = threading.RLock()
+        self._store = store
+        self._clock = clock or SystemClock()
+        self._config = config or MemoryConfig()
+        self._ontology = ontology or Ontology()
+        self._locks = MemoryLocks()
         self._usage = LLMUsage()
         self._usage_lock = threading.Lock()
-        self.communities: CommunityTier | None = (
-            CommunityTier(embedder, None, self.clock, self.config.communities)
-            if self.config.communities is not None
+        self._embedder = embedder
+        self._llm: LLMClient | None = llm
+        self._guarded = GuardedLLM(llm, self._config.llm_policy) if llm is not None else None
+        self._communities: CommunityTier | None = (
+            CommunityTier(embedder, self._guarded, self._clock, self._config.communities)
+            if self._config.communities is not None
             else None
         )
-        self._ingestor = Ingestor(store, embedder, None, self.config, self.ontology, self._lock, self.communities)
-        self._embedder = embedder
-        self._llm: LLMClient | None = None
-        self.llm = llm
+        self._ingestor = Ingestor(
+            store, embedder, self._guarded, self._config, self._ontology, self._locks, self._communities
+        )
+        self._search_default = TargetConfig(
+            limit=self._config.search_limit, candidate_factor=self._config.candidate_factor, rrf_k=self._config.rrf_k
+        )
+        self._check_ontology()
+
+    # ------------------------------------------------------------------------------------------------------
+    # configuration
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def ontology(self) -> Ontology:
+        return self._ontology
 
     @property
     def embedder(self) -> Embedder:
@@ -172,14 +126,15 @@ class Memory:
 
     @embedder.setter
     def embedder(self, embedder: Embedder) -> None:
-        if embedder.dim != self.store.dim:
+        if embedder.dim != self._store.dim:
             raise ConfigurationError(
-                f"the store holds {self.store.dim}-d vectors but the embedder makes {embedder.dim}-d"
+                f"the store holds {self._store.dim}-d vectors but the embedder makes {embedder.dim}-d"
             )
-        self._embedder = embedder
-        self._ingestor.embedder = embedder
-        if self.communities is not None:
-            self.communities.embedder = embedder
+        with self._locks.write():
+            self._embedder = embedder
+            self._ingestor.embedder = embedder
+            if self._communities is not None:
+                self._communities.embedder = embedder
 
     @property
     def llm(self) -> LLMClient | None:
@@ -188,11 +143,26 @@ class Memory:
 
     @llm.setter
     def llm(self, llm: LLMClient | None) -> None:
-        self._llm = llm
-        guarded = GuardedLLM(llm, self.config.llm_policy) if llm is not None else None
-        self._ingestor.llm = guarded
-        if self.communities is not None:
-            self.communities.llm = guarded
+        with self._locks.write():
+            self._llm = llm
+            self._guarded = GuardedLLM(llm, self._config.llm_policy) if llm is not None else None
+            self._ingestor.llm = self._guarded
+            if self._communities is not None:
+                self._communities.llm = self._guarded
+
+    def with_config(
+        self, config: MemoryConfig | None = None, *, clock: Clock | None = None, ontology: Ontology | None = None
+    ) -> Memory:
+        """A memory over the same store with other configuration (and this one's embedder and LLM). The two share
+        the store: use the new one from now on (each serialises its own writes, not the other's)."""
+        return Memory(
+            self._store,
+            embedder=self._embedder,
+            llm=self._llm,
+            clock=clock or self._clock,
+            config=config or self._config,
+            ontology=ontology or self._ontology,
+        )
 
     @property
     def usage(self) -> LLMUsage:
@@ -207,10 +177,10 @@ class Memory:
             self._usage.add(usage)
 
     def _check_ontology(self) -> None:
-        if not any(r.single_valued for r in self.ontology.relations.values()):
+        if not any(r.single_valued for r in self._ontology.relations.values()):
             return
-        facts = [f for f in self.store.scan(Kind.FACT) if isinstance(f, Fact)]
-        problems = self.ontology.conflicts(facts)
+        facts = [f for f in self._store.scan(Kind.FACT) if isinstance(f, Fact)]
+        problems = self._ontology.conflicts(facts)
         if problems:
             shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
             raise ConfigurationError(f"the ontology conflicts with the data already in memory: {shown}")
@@ -246,36 +216,24 @@ class Memory:
         return self._run(episode, now, self._wants_llm(extract))
 
     def _new_episode(self, item: EpisodeInput) -> tuple[Episode, datetime]:
-        """The validated episode for the arguments of :meth:`add_episode` (the one place they are checked, for
-        every way in), stamped now; and that now."""
-        now = self.clock.now()
-        episode = self._episode(
-            item.content,
-            item.group_id,
-            item.source,
-            item.reference_time,
-            item.source_description,
-            item.name,
-            item.episode_id,
-            now,
-        )
-        return episode, now
+        now = self._clock.now()
+        return make_episode(item, self._config, now), now
 
     def _wants_llm(self, extract: bool | None) -> bool:
-        if extract and self.llm is None:
+        if extract and self._llm is None:
             raise ConfigurationError("extract=True needs an LLM; pass llm= to Memory, or use extract=False")
-        return self.llm is not None if extract is None else bool(extract)
+        return self._llm is not None if extract is None else bool(extract)
 
     def _run(
         self,
         episode: Episode,
         now: datetime,
         extract: bool,
-        extraction: GraphExtraction | LLMError | None = None,
+        extraction: GraphExtraction | Exception | None = None,
         usage: LLMUsage | None = None,
         started: float | None = None,
         *,
-        vectors: dict[str, Vector] | None = None,
+        vectors: dict[str, Any] | None = None,
         replace_stored: bool = False,
     ) -> EpisodeResult:
         usage = usage if usage is not None else LLMUsage()
@@ -284,7 +242,7 @@ class Memory:
                 episode,
                 now,
                 extract=extract,
-                extraction=extraction,
+                extraction=extraction,  # type: ignore[arg-type]
                 usage=usage,
                 started=started,
                 vectors=vectors,
@@ -294,10 +252,7 @@ class Memory:
             self._count(usage)
 
     def add_episodes(
-        self,
-        episodes: Iterable[EpisodeInput | Mapping[str, Any] | str],
-        *,
-        extract: bool | None = None,
+        self, episodes: Iterable[EpisodeInput | Mapping[str, Any] | str], *, extract: bool | None = None
     ) -> list[EpisodeResult]:
         """Ingest many episodes: extraction calls run concurrently (up to ``config.llm_policy.max_concurrency``),
         and graph changes apply in the given order within each group (groups in parallel), so contradictions
@@ -317,44 +272,15 @@ class Memory:
                 raise ValidationError(f"episode id {episode.id} appears twice in the batch")
             seen.add(episode.id)
             prepared.append((episode, now))
-        with self._lock:
+        with self._locks.read():
             for episode, _ in prepared:
                 self._ingestor.check_new(episode)
-        started = time.perf_counter()
-        workers = max(1, self.config.llm_policy.max_concurrency)
-        usages = [LLMUsage() for _ in prepared]
-        extractions: list[GraphExtraction | LLMError | None] = [None] * len(prepared)
-        if extract_:
 
-            def extract_one(i: int) -> GraphExtraction | LLMError:
-                episode = prepared[i][0]
-                earlier = [e for e, _ in prepared[:i]]
-                try:
-                    return self._ingestor.extract(episode, self._ingestor.previous(episode, earlier), usages[i])
-                except LLMError as exc:
-                    return exc
+        def apply(episode: Episode, now: datetime, found: Any, usage: LLMUsage, started: float) -> EpisodeResult:
+            return self._run(episode, now, extract_, found, usage, started)
 
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                extractions = list(pool.map(extract_one, range(len(prepared))))
-        by_group: dict[str, list[int]] = {}
-        for i, (episode, _) in enumerate(prepared):
-            by_group.setdefault(episode.group_id, []).append(i)
-        results: list[EpisodeResult | None] = [None] * len(prepared)
-
-        def apply_group(indexes: list[int]) -> None:
-            for i in indexes:
-                episode, now = prepared[i]
-                try:
-                    results[i] = self._run(episode, now, extract_, extractions[i], usages[i], started)
-                except ExtractionFailedError as exc:
-                    stored = self.store.get(Kind.EPISODE, [episode.id])[0]
-                    assert isinstance(stored, Episode)
-                    results[i] = EpisodeResult(episode=stored, usage=usages[i], warnings=[str(exc)])
-
-        with ThreadPoolExecutor(max_workers=min(workers, max(1, len(by_group)))) as pool:
-            for future in [pool.submit(apply_group, indexes) for indexes in by_group.values()]:
-                future.result()
-        return [r for r in results if r is not None]
+        workers = max(1, self._config.llm_policy.max_concurrency)
+        return ingest_batch(self._ingestor, prepared, extract=extract_, workers=workers, apply=apply)
 
     def retry(self, episode_id: str) -> EpisodeResult:
         """Extract an episode whose extraction failed, now. Raises :class:`NotFoundError` for an unknown id and
@@ -362,9 +288,9 @@ class Memory:
         episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
         return self._extract_stored(episode, self._wants_llm(True))
 
-    def failed_episodes(self, group_ids: Sequence[str] | str | None = None) -> list[Episode]:
+    def failed_episodes(self, group_ids: Groups = None) -> list[Episode]:
         """Episodes whose extraction failed for good and wait for :meth:`retry`, oldest first."""
-        return sorted(self._episodes_with(EpisodeStatus.FAILED, group_ids), key=lambda e: e.created_at)
+        return sorted(self.episodes(group_ids, status=EpisodeStatus.FAILED), key=lambda e: e.created_at)
 
     # -- deferred extraction: the two halves of add_episode, which tkg.BackgroundIngestor runs apart ----------
     def queue_episode(
@@ -383,11 +309,11 @@ class Memory:
         at once. Arguments and errors are those of :meth:`add_episode`; on an error nothing is stored."""
         item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id)
         episode, _ = self._new_episode(item)
-        vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
+        vector = check_vectors(self._embedder.embed([episode.content]), self._embedder.dim, 1)[0]
         queued = dataclasses.replace(episode, status=EpisodeStatus.QUEUED, embedding=vector)
-        with self._lock:
+        with self._locks.write():
             self._ingestor.check_new(queued)
-            self.store.write(WriteBatch(puts=[queued]))
+            self._store.write(WriteBatch(puts=[queued]))
         return queued
 
     def process_queued(self, episode_id: str) -> EpisodeResult:
@@ -401,17 +327,16 @@ class Memory:
     def requeue(self, episode_id: str) -> Episode:
         """Mark a failed episode ``queued`` again, for :meth:`process_queued` to retry it later; returns it."""
         self._wants_llm(True)
-        with self._lock:
+        with self._locks.write():
             episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
             queued = dataclasses.replace(episode, status=EpisodeStatus.QUEUED, error="")
-            self.store.write(WriteBatch(puts=[queued]))
+            self._store.write(WriteBatch(puts=[queued]))
         return queued
 
-    def queued_episodes(self, group_ids: Sequence[str] | str | None = None) -> list[Episode]:
+    def queued_episodes(self, group_ids: Groups = None) -> list[Episode]:
         """Episodes stored as ``queued`` and not yet extracted, in the order they should apply: by reference
         time, then creation time (within a group, the order :class:`tkg.BackgroundIngestor` resumes them in)."""
-        found = self._episodes_with(EpisodeStatus.QUEUED, group_ids)
-        return sorted(found, key=lambda e: (e.reference_time, e.created_at))
+        return self.episodes(group_ids, status=EpisodeStatus.QUEUED)
 
     def _stored(self, episode_id: str, status: EpisodeStatus, hint: str) -> Episode:
         episode = self.get(Kind.EPISODE, episode_id)
@@ -424,12 +349,7 @@ class Memory:
         """The one path that extracts an episode already stored (failed, or queued), replacing its record."""
         fresh = dataclasses.replace(episode, status=EpisodeStatus.STORED, error="", embedding=None)
         vectors = {episode.content: episode.embedding} if episode.embedding is not None else None
-        return self._run(fresh, self.clock.now(), extract, vectors=vectors, replace_stored=True)
-
-    def _episodes_with(self, status: EpisodeStatus, group_ids: Sequence[str] | str | None) -> list[Episode]:
-        groups = None if group_ids is None else frozenset([group_ids] if isinstance(group_ids, str) else group_ids)
-        with self._lock:
-            return [e for e in self.store.scan(Kind.EPISODE, groups) if isinstance(e, Episode) and e.status is status]
+        return self._run(fresh, self._clock.now(), extract, vectors=vectors, replace_stored=True)
 
     def add_facts(
         self,
@@ -448,17 +368,17 @@ class Memory:
         """
         if isinstance(facts, (str, bytes, Mapping)):
             raise ValidationError("add_facts takes an iterable of facts (FactInput or mappings), not one value")
-        items = [f if isinstance(f, FactInput) else FactInput.from_mapping(f) for f in facts]
+        items = [FactInput.of(f) for f in facts]
         if not items:
             raise ValidationError("add_facts needs at least one fact")
-        for item in items:
-            for part in (item.subject, item.relation, item.object):
-                if not isinstance(part, str) or not part.strip():
-                    raise ValidationError(f"fact {item!r} has an empty subject, relation or object")
-        now = self.clock.now()
+        now = self._clock.now()
         reference = to_utc(reference_time, "reference_time") if reference_time is not None else now
         parsed = [
-            (item, _when(item.valid_at, "valid_at", reference), _when(item.invalid_at, "invalid_at", reference))
+            (
+                item,
+                resolve_when(item.valid_at, "valid_at", reference),
+                resolve_when(item.invalid_at, "invalid_at", reference),
+            )
             for item in items
         ]
         for item, start, end in parsed:
@@ -466,11 +386,9 @@ class Memory:
                 raise TimestampError(
                     f"fact {item.subject} {item.relation} {item.object}: invalid_at is before valid_at"
                 )
-        document = [
-            {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars_of(item).items() if v is not None}
-            for item in items
-        ]
-        episode = self._episode(document, group_id, EpisodeSource.JSON, reference, source_description, "", None, now)
+        document = [item.as_document() for item in items]
+        source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description)
+        episode = make_episode(source, self._config, now)
         draft = Draft()
         for item, start, end in parsed:
             draft.add_entity(item.subject, item.subject_label)
@@ -488,8 +406,7 @@ class Memory:
         contradictions the LLM judged while the episode was present are not asked again."""
         episode = self.get(Kind.EPISODE, episode_id)
         assert isinstance(episode, Episode)
-        with self._ingestor.group_lock(episode.group_id):
-            return self._ingestor.remove(episode, self.clock.now())
+        return self._ingestor.remove(episode, self._clock.now())
 
     # ------------------------------------------------------------------------------------------------------
     # communities
@@ -497,71 +414,26 @@ class Memory:
         """Run community detection for a group now (label propagation over the live entity graph) and write the
         communities, re-summarising only those whose members changed. ``warm=True`` re-converges from the stored
         communities instead of starting over (fewer summaries to redo; see :class:`CommunityConfig`)."""
-        group = check_group_id(group_id if group_id is not None else self.config.default_group)
+        group = check_group_id(group_id if group_id is not None else self._config.default_group)
         tier = self._tier()
-        with self._lock:
-            report = tier.refresh(self.store, group, warm=warm)
+        with self._locks.write():
+            report = tier.refresh(self._store, group, warm=warm)
         self._count(report.usage)
         return report
 
     def community_drift(self, group_id: str | None = None) -> float:
         """How far the incrementally kept communities have drifted from a full run: 1 - NMI (0 = identical)."""
-        group = check_group_id(group_id if group_id is not None else self.config.default_group)
+        group = check_group_id(group_id if group_id is not None else self._config.default_group)
         tier = self._tier()
-        with self._lock:
-            return tier.drift(self.store, group)
+        with self._locks.read():
+            return tier.drift(self._store, group)
 
     def _tier(self) -> CommunityTier:
-        if self.communities is None:
-            self.communities = CommunityTier(self.embedder, self._ingestor.llm, self.clock, CommunityConfig())
-        return self.communities
-
-    def _episode(
-        self,
-        content: str | Mapping[str, Any] | list[Any],
-        group_id: str | None,
-        source: EpisodeSource | str,
-        reference_time: datetime | str | None,
-        source_description: str,
-        name: str,
-        episode_id: str | None,
-        now: datetime,
-    ) -> Episode:
-        try:
-            kind = EpisodeSource(source)
-        except ValueError:
-            raise EpisodeError(f"source {source!r} is unknown; use one of message, text, json") from None
-        if kind is EpisodeSource.JSON and not isinstance(content, str):
-            try:
-                content = json.dumps(content, ensure_ascii=False, sort_keys=True)
-            except (TypeError, ValueError) as exc:
-                raise EpisodeError(f"JSON episode content is not serialisable: {exc}") from None
-        if not isinstance(content, str):
-            raise EpisodeError(
-                f"episode content must be a string (or a JSON value for source='json'), got {type(content).__name__}"
-            )
-        if not content.strip():
-            raise EpisodeError("episode content is empty or whitespace; nothing to remember")
-        if len(content) > self.config.max_episode_chars:
-            raise EpisodeError(
-                f"episode has {len(content):,} characters, more than MemoryConfig.max_episode_chars "
-                f"({self.config.max_episode_chars:,}); split it into several episodes"
-            )
-        if kind is EpisodeSource.JSON:
-            try:
-                json.loads(content)
-            except ValueError as exc:
-                raise EpisodeError(f"source='json' but the content is not valid JSON: {exc}") from None
-        return Episode(
-            id=check_id(episode_id, "episode_id") if episode_id is not None else new_id(),
-            group_id=check_group_id(group_id if group_id is not None else self.config.default_group),
-            content=content,
-            source=kind,
-            reference_time=to_utc(reference_time, "reference_time") if reference_time is not None else now,
-            created_at=now,
-            source_description=str(source_description),
-            name=str(name),
-        )
+        with self._locks.write():
+            if self._communities is None:
+                self._communities = CommunityTier(self._embedder, self._guarded, self._clock, CommunityConfig())
+                self._ingestor.communities = self._communities
+            return self._communities
 
     # ------------------------------------------------------------------------------------------------------
     # retrieval
@@ -569,7 +441,7 @@ class Memory:
         self,
         query: str,
         *,
-        group_ids: Sequence[str] | str | None = None,
+        group_ids: Groups = None,
         limit: int | None = None,
         as_of: datetime | str | None = None,
         known_at: datetime | str | None = None,
@@ -599,35 +471,22 @@ class Memory:
         results, never an error. Errors: an empty or too long query, a bad limit or target, a naive datetime, an
         unknown group, and a centre or origin that is not an entity visible in the searched groups.
         """
-        if not isinstance(query, str) or not query.strip():
-            raise ValidationError("search query is empty")
-        if len(query) > self.config.max_query_chars:
-            raise ValidationError(
-                f"search query has {len(query):,} characters, more than MemoryConfig.max_query_chars "
-                f"({self.config.max_query_chars:,}); shorten it to the question being asked"
-            )
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-            raise ValidationError(f"limit must be a positive integer, got {limit!r}")
-        if targets is not None:
-            targets = [targets] if isinstance(targets, str) else list(targets)
-            unknown = [t for t in targets if t not in TARGET_KINDS]
-            if unknown or not targets:
-                raise ValidationError(f"unknown search targets {unknown}; choose from {list(TARGET_KINDS)}")
+        self._check_query(query)
         if filters is not None and not isinstance(filters, Filters):
             raise ValidationError("filters must be a tkg.timeline.Filters value")
-        chosen = self._search_config(config, limit, targets)
-        scope = make_scope(self.clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
-        self._check_groups(scope.group_ids)
-        vector = check_vectors(self.embedder.embed([query]), self.embedder.dim, 1)[0]
+        chosen = choose(config, limit, targets, default=self._config.search, target_default=self._search_default)
+        scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
+        reference = optional_utc(reference_time, "reference_time")
+        vector = check_vectors(self._embedder.embed([query]), self._embedder.dim, 1)[0]
         graded: LLMScorer | None = None
         if cross_encoder is None and any(getattr(chosen, t).reranker is Reranker.CROSS_ENCODER for t in chosen.targets):
-            guarded = self._ingestor.llm
-            graded = LLMScorer(guarded) if guarded is not None else None
-            cross_encoder = graded if graded is not None else EmbeddingScorer(self.embedder)
+            graded = LLMScorer(self._guarded) if self._guarded is not None else None
+            cross_encoder = graded if graded is not None else EmbeddingScorer(self._embedder)
         try:
-            with self._lock:
+            with self._locks.read():
+                self._check_groups(scope.group_ids)
                 return search(
-                    self.store,
+                    self._store,
                     query,
                     vector,
                     scope,
@@ -635,34 +494,20 @@ class Memory:
                     center=center,
                     origins=origins,
                     cross_encoder=cross_encoder,
-                    reference_time=optional_utc(reference_time, "reference_time"),
+                    reference_time=reference,
                 )
         finally:
             if graded is not None:
                 self._count(graded.usage)
 
-    def _search_config(
-        self, config: SearchConfig | str | None, limit: int | None, targets: Sequence[str] | None
-    ) -> SearchConfig:
-        if isinstance(config, str):
-            config = preset(config)
-        elif config is None:
-            config = self.config.search
-            if config is None:
-                default = TargetConfig(
-                    limit=self.config.search_limit,
-                    candidate_factor=self.config.candidate_factor,
-                    rrf_k=self.config.rrf_k,
-                )
-                config = SearchConfig(**{t: default for t in targets or ("facts", "entities", "episodes")})
-        elif not isinstance(config, SearchConfig):
-            raise ValidationError(f"config must be a SearchConfig or a preset name, got {type(config).__name__}")
-        if targets is not None:
-            missing = [t for t in targets if getattr(config, t) is None]
-            if missing:
-                raise ValidationError(f"the search config does not search {missing}; add them to it or drop them")
-            config = config.only(targets)
-        return config if limit is None else config.with_limit(limit)
+    def _check_query(self, query: object) -> None:
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("search query is empty")
+        if len(query) > self._config.max_query_chars:
+            raise ValidationError(
+                f"search query has {len(query):,} characters, more than MemoryConfig.max_query_chars "
+                f"({self._config.max_query_chars:,}); shorten it to the question being asked"
+            )
 
     def context(
         self,
@@ -704,40 +549,141 @@ class Memory:
     def _check_groups(self, group_ids: frozenset[str] | None) -> None:
         if group_ids is None:
             return
-        missing = sorted(group_ids - self.store.groups())
+        missing = sorted(group_ids - self._store.groups())
         if missing:
             raise UnknownGroupError(f"group(s) {missing} hold nothing in this memory; add an episode there first")
 
     # ------------------------------------------------------------------------------------------------------
-    # reads
+    # reads: what the doors (servers, CLI, pictures) need besides search, each under the read lock
     def get(self, kind: Kind | str, record_id: str) -> Record:
-        record = self.store.get(Kind(kind), [record_id])[0]
-        if record is None:
-            raise NotFoundError(f"no {kind} with id {record_id!r}")
-        return record
+        """The record of this kind with this id; :class:`NotFoundError` if there is none."""
+        found = self.get_many(kind, [record_id])[0]
+        if found is None:
+            raise NotFoundError(f"no {Kind(kind).value} with id {record_id!r}")
+        return found
 
-    def facts_about(self, entity_id: str, *, include_invalidated: bool = True) -> list[Fact]:
-        """Every fact touching an entity (its history, by default including ended facts), oldest first."""
-        self.get(Kind.ENTITY, entity_id)
-        scope = None if include_invalidated else make_scope(self.clock.now())
-        return sorted(self.store.facts_of([entity_id], scope), key=lambda f: (f.valid_at or f.created_at, f.id))
+    def get_many(self, kind: Kind | str, ids: Sequence[str]) -> list[Record | None]:
+        """The records of this kind with these ids, in order; None where there is none."""
+        try:
+            kind = Kind(kind)
+        except ValueError:
+            raise ValidationError(f"unknown record kind {kind!r}; use one of {[k.value for k in Kind]}") from None
+        with self._locks.read():
+            return self._store.get(kind, list(ids))
+
+    def groups(self) -> list[str]:
+        """The groups that hold at least one record, sorted."""
+        with self._locks.read():
+            return sorted(self._store.groups())
+
+    def records(self, kind: Kind | str, group_ids: Groups = None) -> list[Record]:
+        """Every record of a kind (in these groups), history included, in store order: a full read, for exports
+        and tests. For current facts use :meth:`get_all`; for relevance, :meth:`search`."""
+        groups = _groups(group_ids)
+        with self._locks.read():
+            return list(self._store.scan(Kind(kind), groups))
+
+    def get_all(
+        self,
+        group_ids: Groups = None,
+        *,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+        include_invalidated: bool = False,
+        filters: Filters | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """The facts of these groups, in store order: by default those that hold now as the memory knows them;
+        ``as_of`` / ``known_at`` / ``include_invalidated`` / ``filters`` as in :meth:`search`. ``limit`` and
+        ``offset`` page through them."""
+        scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
+        with self._locks.read():
+            found = reads.facts(self._store, scope.group_ids, scope)
+        return found[offset:] if limit is None else found[offset : offset + limit]
+
+    def episodes(self, group_ids: Groups = None, *, status: EpisodeStatus | str | None = None) -> list[Episode]:
+        """Episodes of these groups (with this status), by reference time, then creation."""
+        state = None if status is None else EpisodeStatus(status)
+        groups = _groups(group_ids)
+        with self._locks.read():
+            return reads.episodes(self._store, groups, state)
+
+    def find_entities(self, name: str, *, group_ids: Groups = None) -> list[Entity]:
+        """Entities whose name or alias equals ``name`` once normalised as entity resolution does."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValidationError("an entity name is needed, got an empty value")
+        groups = _groups(group_ids)
+        with self._locks.read():
+            return reads.entities_named(self._store, name, groups if groups is not None else self._store.groups())
+
+    def facts_about(
+        self,
+        entity_id: str | Sequence[str],
+        *,
+        include_invalidated: bool = True,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+    ) -> list[Fact]:
+        """Every fact touching an entity (or any of several), oldest first: its history, ended facts included,
+        unless ``include_invalidated=False``; ``as_of`` / ``known_at`` view it at other times."""
+        ids = [entity_id] if isinstance(entity_id, str) else list(entity_id)
+        with self._locks.read():
+            for found, wanted in zip(self._store.get(Kind.ENTITY, ids), ids, strict=True):
+                if found is None:
+                    raise NotFoundError(f"no entity with id {wanted!r}")
+            timed = as_of is not None or known_at is not None or not include_invalidated
+            scope = make_scope(self._clock.now(), None, as_of, known_at, include_invalidated) if timed else None
+            return reads.facts_about(self._store, ids, scope)
+
+    def neighbourhood(
+        self,
+        entity_id: str,
+        *,
+        depth: int = 1,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+        limit: int = 100,
+    ) -> Neighbourhood:
+        """The entities within ``depth`` hops of an entity and the facts among them, in its group, as the memory
+        knew them at ``known_at`` (default now): every fact, ended ones included, or with ``as_of`` those that held
+        then. At most ``limit`` entities (nearest first, then by name); :attr:`Neighbourhood.omitted` counts the
+        rest. Raises :class:`NotFoundError` for an unknown entity, or one recorded after ``known_at``."""
+        known = optional_utc(known_at, "known_at")
+        center = self.get(Kind.ENTITY, entity_id)
+        assert isinstance(center, Entity)
+        if known is not None and center.created_at > known:
+            raise NotFoundError(
+                f"entity {center.name!r} ({entity_id}) was recorded at {center.created_at.isoformat()}, after "
+                f"known_at {known.isoformat()}: the memory did not know it yet"
+            )
+        scope = make_scope(self._clock.now(), [center.group_id], as_of, known, include_invalidated=True)
+        with self._locks.read():
+            return reads.neighbourhood(self._store, center, depth, scope, limit)
 
     def episode_mentions(self, episode_id: str) -> list[Mention]:
-        return self.store.mentions(episode_ids=[episode_id])
+        """The entities an episode names, as mentions (with what the episode said about each)."""
+        with self._locks.read():
+            return self._store.mentions(episode_ids=[episode_id])
 
-    def stats(self) -> dict[str, Any]:
-        counts = {kind.value: self.store.count(kind) for kind in Kind}
-        return {"records": counts, "groups": sorted(self.store.groups()), "embedder": self.embedder.name}
+    def stats(self, group_ids: Groups = None) -> dict[str, Any]:
+        """Record counts by kind (in these groups), the groups, and the embedder's name."""
+        groups = _groups(group_ids)
+        with self._locks.read():
+            counts = {kind.value: self._store.count(kind, groups) for kind in Kind}
+            held = sorted(self._store.groups() if groups is None else groups & self._store.groups())
+        return {"records": counts, "groups": held, "embedder": self._embedder.name}
 
     # ------------------------------------------------------------------------------------------------------
     # snapshots
     def save(self, path: str | Path) -> int:
-        """Write the whole memory to one msgpack file, atomically. Returns the file size in bytes."""
-        meta = {"embedder": self.embedder.name, "dim": self.embedder.dim, "saved_at": self.clock.now().isoformat()}
-        # Under the write lock: the snapshot reads each kind and the indexes separately, and a background worker
-        # writing in between would leave a file whose facts name entities it does not hold.
-        with self._lock:
-            return snapshot.save(self.store, path, meta)
+        """Write the whole memory to one msgpack file, atomically: the previous file at ``path`` is replaced only
+        by a file that has been read back and checked. Returns the file size in bytes."""
+        meta = {"embedder": self._embedder.name, "dim": self._embedder.dim, "saved_at": self._clock.now().isoformat()}
+        # Under the read lock: the snapshot reads each kind and the indexes separately, and a write in between
+        # would leave a file whose facts name entities it does not hold.
+        with self._locks.read():
+            return snapshot.save(self._store, path, meta)
 
     @classmethod
     def load(
@@ -753,34 +699,30 @@ class Memory:
         ontology: Ontology | None = None,
     ) -> Memory:
         """Open a snapshot into a new memory (a fresh in-memory store unless an empty ``store`` is given)."""
-        meta, records = snapshot.read(path)
-        if meta.get("dim") != embedder.dim:
-            raise ConfigurationError(
-                f"snapshot {path} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d"
-            )
-        if check_embedder and meta.get("embedder") != embedder.name:
-            raise ConfigurationError(
-                f"snapshot {path} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
-                "pass the same embedder, or check_embedder=False to mix them knowingly"
-            )
-        memory = cls(store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
-        snapshot.restore(memory.store, records)  # reuses saved indexes where the store can
-        memory._check_ontology()
-        return memory
+        with snapshot.open_snapshot(path) as opened:
+            meta = opened.meta
+            if meta.get("dim") != embedder.dim:
+                raise ConfigurationError(
+                    f"snapshot {path} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d"
+                )
+            if check_embedder and meta.get("embedder") != embedder.name:
+                raise ConfigurationError(
+                    f"snapshot {path} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
+                    "pass the same embedder, or check_embedder=False to mix them knowingly"
+                )
+            if store is None:
+                from tkg.backends.memory import InMemoryStore
+
+                store = InMemoryStore(dim=embedder.dim)
+            if store.dim != embedder.dim:
+                raise ConfigurationError(f"the store holds {store.dim}-d vectors; the embedder makes {embedder.dim}-d")
+            if any(store.count(kind) for kind in Kind):
+                raise BackendError("Memory.load() needs an empty store; the one given holds records")
+            opened.restore_into(store)
+        return cls(store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
 
 
-def _when(value: datetime | str | None, what: str, reference: datetime) -> datetime | None:
-    """A datetime, an ISO-8601 string, or a time phrase resolved against ``reference``."""
-    if value is None or isinstance(value, datetime):
-        return optional_utc(value, what)
-    try:
-        return optional_utc(value, what)
-    except TimestampError:
-        resolved = resolve_time(value, reference)
-        if resolved is None:
-            raise TimestampError(f"{what} {value!r} is neither a date nor a time phrase tkg can resolve") from None
-        return resolved
-
-
-def vars_of(item: FactInput) -> dict[str, Any]:
-    return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+def _groups(group_ids: Groups) -> frozenset[str] | None:
+    if group_ids is None:
+        return None
+    return frozenset(check_group_id(g) for g in ([group_ids] if isinstance(group_ids, str) else group_ids))

@@ -93,6 +93,21 @@ def check_relation(name: object) -> str:
     return name
 
 
+def check_text(value: str, what: str = "text") -> str:
+    """``value`` if every store can hold it: no NUL character and no lone surrogate (neither can be written to a
+    snapshot or to PostgreSQL, so accepting one would make every later save fail)."""
+    if "\x00" in value:
+        raise ValidationError(f"{what} contains a NUL character, which tkg cannot store; remove it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            f"{what} contains a lone surrogate (half of a UTF-16 pair), which is not text tkg can store; "
+            "decode your input as UTF-8 first"
+        ) from None
+    return value
+
+
 def relation_name(text: str) -> str:
     """Turn free text such as ``"works at"`` into a relation name (``WORKS_AT``)."""
     name = re.sub(r"[^A-Za-z0-9]+", "_", text.strip()).strip("_").upper()

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tkg.errors import ConfigurationError, NotFoundError, ValidationError
 from tkg.models import Entity, Fact, Kind, check_group_id
-from tkg.timeline import believed_invalid_at, fact_holds, make_scope
+from tkg.timeline import believed_invalid_at, fact_holds
 from tkg.timeutil import iso, optional_utc
 
 if TYPE_CHECKING:
@@ -124,15 +124,12 @@ def find_entity(memory: Memory, name_or_id: str, *, group_ids: Iterable[str] | s
         group_ids = [group_ids]
     groups = None if group_ids is None else frozenset(check_group_id(g) for g in group_ids)
     text = name_or_id.strip()
-    direct = memory.store.get(Kind.ENTITY, [text])[0]
+    direct = memory.get_many(Kind.ENTITY, [text])[0]
     if isinstance(direct, Entity) and (groups is None or direct.group_id in groups):
         return direct
-    # The store's name index finds the candidates (normalised names and aliases); an exact match wins over one
+    # The memory's name index finds the candidates (normalised names and aliases); an exact match wins over one
     # that ignores case, which wins over one that only normalises the same.
-    candidates: dict[str, Entity] = {}
-    for group in sorted(groups if groups is not None else memory.store.groups()):
-        for matches in memory.store.entities_by_name(group, [text]).values():
-            candidates.update((e.id, e) for e in matches)
+    candidates = {e.id: e for e in memory.find_entities(text, group_ids=None if groups is None else sorted(groups))}
     folded = text.casefold()
     found = (
         [e for e in candidates.values() if text == e.name or text in e.aliases]
@@ -160,7 +157,7 @@ def _labels_note(entity: Entity) -> str:
 def _entity(memory: Memory, entity_id: str, known_at: datetime | None) -> Entity:
     if not isinstance(entity_id, str) or not entity_id:
         raise ValidationError(f"entity_id must be a non-empty string, got {entity_id!r}")
-    record = memory.store.get(Kind.ENTITY, [entity_id])[0]
+    record = memory.get_many(Kind.ENTITY, [entity_id])[0]
     if not isinstance(record, Entity):
         raise NotFoundError(f"no entity with id {entity_id!r}")
     if known_at is not None and record.created_at > known_at:
@@ -173,7 +170,7 @@ def _entity(memory: Memory, entity_id: str, known_at: datetime | None) -> Entity
 
 def _names(memory: Memory, ids: Iterable[str]) -> dict[str, Entity]:
     wanted = sorted(set(ids))
-    return {e.id: e for e in memory.store.get(Kind.ENTITY, wanted) if isinstance(e, Entity)}
+    return {e.id: e for e in memory.get_many(Kind.ENTITY, wanted) if isinstance(e, Entity)}
 
 
 def _short(text: str, limit: int) -> str:
@@ -352,7 +349,7 @@ def timeline_layout(
     as_of_t, known_t = optional_utc(as_of, "as_of"), optional_utc(known_at, "known_at")
     max_facts = _positive(max_facts, "max_facts", 5_000)
     entity = _entity(memory, entity_id, known_t)
-    facts = memory.store.facts_of([entity.id])
+    facts = memory.facts_about(entity.id)
     names = _names(memory, (i for f in facts for i in (f.source_id, f.target_id)))
     return layout_timeline(
         entity, facts, names, now=memory.clock.now(), as_of=as_of_t, known_at=known_t, max_facts=max_facts
@@ -829,25 +826,8 @@ def neighbourhood_layout(
     as_of_t, known_t = optional_utc(as_of, "as_of"), optional_utc(known_at, "known_at")
     center = _entity(memory, entity_id, known_t)
     now = memory.clock.now()
-    scope = make_scope(now, [center.group_id], as_of_t, known_t, include_invalidated=True)
-    hops, entities = {center.id: 0}, {center.id: center}
-    frontier, omitted = [center.id], 0
-    facts: dict[str, Fact] = {}
-    for hop in range(1, depth + 1):
-        found = memory.store.facts_of(frontier, scope)
-        facts.update((f.id, f) for f in found)
-        new_ids = {i for f in found for i in (f.source_id, f.target_id)} - hops.keys()
-        fresh = [e for e in _names(memory, new_ids).values() if scope.admits(e)]
-        fresh.sort(key=lambda e: (e.name.casefold(), e.id))
-        room = max(limit - len(hops), 0)
-        omitted += max(len(fresh) - room, 0)
-        for e in fresh[:room]:
-            hops[e.id], entities[e.id] = hop, e
-        frontier = [e.id for e in fresh[:room]]
-        if not frontier:
-            break
-    # Facts among the kept entities that the walk did not cross (e.g. between two ring-1 neighbours).
-    facts.update((f.id, f) for f in memory.store.facts_of(list(hops), scope))
+    found = memory.neighbourhood(center.id, depth=depth, as_of=as_of_t, known_at=known_t, limit=limit)
+    hops, entities, facts, omitted = found.hops, found.entities, {f.id: f for f in found.facts}, found.omitted
     return layout_neighbourhood(
         center,
         hops,

@@ -25,9 +25,6 @@ from tkg.timeline import Scope
 
 R = TypeVar("R", bound=Record)
 
-#: Kept for callers of the first version; the same mapping as :data:`tkg.search_config.TARGET_KINDS`.
-TARGETS: dict[str, Kind] = dict(TARGET_KINDS)
-
 
 @dataclass(frozen=True, slots=True)
 class Scored(Generic[R]):

@@ -18,7 +18,7 @@ from datetime import timedelta
 from enum import StrEnum
 from types import MappingProxyType
 
-from tkg.errors import ConfigurationError
+from tkg.errors import ConfigurationError, ValidationError
 from tkg.models import Kind
 
 
@@ -255,3 +255,40 @@ def preset(name: str) -> SearchConfig:
         return PRESETS[name]
     except KeyError:
         raise ConfigurationError(f"no search preset {name!r}; choose from {sorted(PRESETS)}") from None
+
+
+def choose(
+    config: SearchConfig | str | None,
+    limit: int | None,
+    targets: Sequence[str] | str | None,
+    *,
+    default: SearchConfig | None,
+    target_default: TargetConfig,
+) -> SearchConfig:
+    """The configuration one search call runs: ``config`` (a preset name; None: ``default``, or when that is None
+    ``target_default`` for facts, entities and episodes), narrowed to ``targets`` and ``limit`` when given. Raises
+    :class:`tkg.errors.ValidationError` for a bad limit or target, or targets the configuration does not search."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ValidationError(f"limit must be a positive integer, got {limit!r}")
+    if targets is not None:
+        targets = [targets] if isinstance(targets, str) else list(targets)
+        unknown = [t for t in targets if t not in TARGET_KINDS]
+        if unknown or not targets:
+            raise ValidationError(f"unknown search targets {unknown}; choose from {list(TARGET_KINDS)}")
+    if config is None and default is None:
+        chosen = SearchConfig(**{t: target_default for t in targets or ("facts", "entities", "episodes")})
+    else:
+        if isinstance(config, str):
+            chosen = preset(config)
+        elif config is None:
+            chosen = default  # type: ignore[assignment]
+        elif isinstance(config, SearchConfig):
+            chosen = config
+        else:
+            raise ValidationError(f"config must be a SearchConfig or a preset name, got {type(config).__name__}")
+        if targets is not None:
+            missing = [t for t in targets if getattr(chosen, t) is None]
+            if missing:
+                raise ValidationError(f"the search config does not search {missing}; add them to it or drop them")
+            chosen = chosen.only(targets)
+    return chosen if limit is None else chosen.with_limit(limit)

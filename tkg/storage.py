@@ -1,19 +1,42 @@
 """The storage interface: the one narrow seam between tkg's core and any backend.
 
 Plain records in, plain records and ``(id, score)`` hits out; no backend type crosses it. Every backend answers
-these calls with the same results (the conformance suite in ``tests/`` is the definition of "a backend works");
-where scoring legitimately differs (BM25 implementations), the suite states the contract both meet.
+these calls with the same results (the conformance suite in ``tests/`` is the definition of "a backend works",
+with the brute-force :class:`tkg.backends.reference.ReferenceStore` as its oracle).
+
+A store's optional powers are declared here, the way rdflib's ``Store`` declares them: as class attributes that
+say what a backend can do, and as methods with a working default in this base class. Callers use them directly
+and never ask "does this store have X?":
+
+* :attr:`Store.shared` -- several processes may open the same data; :meth:`Store.group_lock` then locks across
+  processes (default: no lock beyond the caller's own);
+* :meth:`Store.load` -- bulk load into an empty store (default: one :meth:`Store.write`);
+* :meth:`Store.export_indexes` / :meth:`Store.restore` -- a backend that can persist its own search indexes in a
+  snapshot names and encodes them itself (:attr:`Store.persists_indexes`); the snapshot container
+  (:mod:`tkg.snapshot`) stores those sections without knowing what they hold, and hands them back on load
+  (default: nothing exported; a restore loads the records and builds the indexes);
+* :meth:`Store.flush`, :meth:`Store.stats`, :meth:`Store.close` -- maintenance, with no-op defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import abc
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
+from tkg.errors import BackendError
 from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector
 from tkg.timeline import Scope
+
+#: Dependency order of the kinds: endpoints before the edges that point to them.
+KIND_ORDER = (Kind.EPISODE, Kind.ENTITY, Kind.COMMUNITY, Kind.FACT, Kind.MENTION, Kind.MEMBERSHIP)
 
 
 class Hit(NamedTuple):
@@ -34,82 +57,199 @@ class WriteBatch:
         return bool(self.puts or self.deletes)
 
 
-@runtime_checkable
-class Store(Protocol):
-    """What tkg needs from storage. Implementations live in ``backends/``."""
+@dataclass(slots=True)
+class RecordSet:
+    """Every record of a memory as a snapshot holds them: by kind, in store order.
+
+    ``times`` and ``vectors`` are the same data in column form, when the reader has it (a backend may use them
+    instead of reading the records one by one): per kind, each time field as int64 microseconds since the epoch
+    (an absent optional time is the int64 minimum), and the kind's vectors as ``(positions, matrix)`` where row
+    ``i`` of ``matrix`` is the vector of record ``positions[i]``.
+
+    Iterating yields every record in dependency order (endpoints first).
+    """
+
+    records: dict[Kind, list[Record]] = field(default_factory=dict)
+    times: dict[Kind, dict[str, npt.NDArray[np.int64]]] = field(default_factory=dict)
+    vectors: dict[Kind, tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Record]:
+        for kind in KIND_ORDER:
+            yield from self.records.get(kind, ())
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.records.values())
+
+
+#: A section's content as a backend hands it over for writing: bytes, or an array written from its own memory.
+SectionData = bytes | npt.NDArray[Any]
+
+
+@dataclass(slots=True)
+class IndexExport:
+    """What a backend gives a snapshot besides its records (see :meth:`Store.export_indexes`).
+
+    ``sections`` are the backend's own index sections, named and encoded by the backend; the snapshot stores
+    them verbatim, checksummed, and hands them back to :meth:`Store.restore`. ``times`` (per kind, time field ->
+    int64 microseconds in scan order, absent as int64 minimum) and ``vectors`` (per kind, a function from scan
+    positions to those records' vectors) are optional fast paths for writing the records themselves: columns the
+    backend already holds, instead of converting record by record.
+    """
+
+    sections: dict[str, SectionData] = field(default_factory=dict)
+    times: dict[Kind, dict[str, npt.NDArray[np.int64]]] = field(default_factory=dict)
+    vectors: dict[Kind, Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]]] = field(default_factory=dict)
+
+
+class Sections(Protocol):
+    """The index sections a snapshot holds, as :meth:`Store.restore` reads them. Every section was checked against
+    its checksum when the snapshot was opened."""
+
+    #: The snapshot's format version (a backend may have written its sections differently in older formats).
+    version: int
+
+    def names(self) -> list[str]:
+        """The sections present (the backend's own names)."""
+        ...
+
+    def read(self, name: str) -> memoryview:
+        """A section's bytes (read-only; :class:`KeyError` for a section that is not there)."""
+        ...
+
+
+class Store(abc.ABC):
+    """What tkg needs from storage. Implementations live in ``backends/``.
+
+    Subclasses implement the abstract methods (the contract is in each docstring) and override an optional
+    power only when they have it.
+    """
+
+    #: Several processes may open the same data at once (a database). :meth:`group_lock` is then a lock that
+    #: holds across processes, and the memory takes it around every read-modify-write of a group.
+    shared: ClassVar[bool] = False
+    #: :meth:`export_indexes` and :meth:`restore` carry the backend's search indexes through a snapshot, so a
+    #: load does not rebuild them.
+    persists_indexes: ClassVar[bool] = False
 
     #: The vector dimension this store was opened with (every vector put must have it).
     dim: int
 
+    # -- the contract ------------------------------------------------------------------------------------------
+    @abc.abstractmethod
     def write(self, batch: WriteBatch) -> None:
         """Apply ``batch`` atomically: validate everything (ids, vector dimension and finiteness, that the entities
-        and episodes a fact or mention points to exist in the store or the batch), then apply all of it. On any
-        error nothing is changed. Puts replace records with the same kind and id; deletes of missing ids are
-        ignored."""
-        ...
+        and episodes a fact or mention points to exist in the store or the batch; see :mod:`tkg.integrity`), then
+        apply all of it. On any error nothing is changed. Puts replace records with the same kind and id; deletes
+        of missing ids are ignored."""
 
+    @abc.abstractmethod
     def get(self, kind: Kind, ids: Sequence[str]) -> list[Record | None]:
         """The records with these ids, in order; ``None`` where there is none."""
-        ...
 
+    @abc.abstractmethod
     def scan(self, kind: Kind, group_ids: frozenset[str] | None = None) -> Iterator[Record]:
-        """Every record of a kind (in the given groups), in insertion order."""
-        ...
+        """Every record of a kind (in the given groups), in insertion order. The iterator works on a copy taken
+        when it starts: writes made while it is consumed do not disturb it."""
 
-    def count(self, kind: Kind, group_ids: frozenset[str] | None = None) -> int: ...
+    @abc.abstractmethod
+    def count(self, kind: Kind, group_ids: frozenset[str] | None = None) -> int:
+        """How many records of a kind (in the given groups)."""
 
+    @abc.abstractmethod
     def groups(self) -> set[str]:
         """The group_ids that hold at least one record."""
-        ...
 
+    @abc.abstractmethod
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
         """Up to ``k`` records admitted by ``scope``, by cosine similarity to ``vector``, best first. Records without
         a vector are never returned."""
-        ...
 
+    @abc.abstractmethod
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
         """Up to ``k`` records admitted by ``scope`` that share at least one term with ``query``, by full-text
         relevance (BM25 or the backend's equivalent), best first. Scores are positive."""
-        ...
 
+    @abc.abstractmethod
     def entities_by_name(self, group_id: str, names: Sequence[str]) -> dict[str, list[Entity]]:
         """Entities of ``group_id`` whose normalised name or alias (:func:`tkg.names.normalize_name`) equals the
         normalised form of each given name; keyed by that normalised form."""
-        ...
 
+    @abc.abstractmethod
     def facts_of(self, entity_ids: Sequence[str], scope: Scope | None = None) -> list[Fact]:
         """Facts with either end among ``entity_ids`` (admitted by ``scope`` when given), in insertion order."""
-        ...
 
+    @abc.abstractmethod
     def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:
         """Entities reachable from the ``seeds`` over facts admitted by ``scope`` (either direction), within
         ``depth`` hops: entity id -> hop count (seeds are 0). With ``limit``, the search stops once that many
         entities are reached (seeds included); every entity returned then has its true hop count, and no
         unreturned entity is nearer than the farthest returned one."""
-        ...
 
+    @abc.abstractmethod
     def mentions(
         self, episode_ids: Sequence[str] | None = None, entity_ids: Sequence[str] | None = None
     ) -> list[Mention]:
-        """Mentions from these episodes and/or to these entities (both given: both must match)."""
-        ...
+        """Mentions from these episodes and/or to these entities (both given: both must match), in insertion
+        order; neither given: all of them."""
 
+    @abc.abstractmethod
     def memberships(
         self, community_ids: Sequence[str] | None = None, entity_ids: Sequence[str] | None = None
     ) -> list[Membership]:
         """Memberships of these communities and/or of these entities (both given: both must match), in insertion
         order; neither given: all of them."""
-        ...
 
+    @abc.abstractmethod
     def episode_facts(self, episode_id: str) -> list[Fact]:
-        """Provenance: the facts whose ``episodes`` include ``episode_id``."""
-        ...
+        """Provenance: the facts whose ``episodes`` include ``episode_id``, in insertion order."""
 
+    @abc.abstractmethod
     def recent_episodes(self, group_id: str, before: datetime, n: int) -> list[Episode]:
         """The ``n`` latest episodes of a group with ``reference_time <= before``, oldest first."""
-        ...
 
+    @abc.abstractmethod
     def episode_window(self, episode_id: str, before: int, after: int) -> list[Episode]:
         """The episode and up to ``before`` / ``after`` of its neighbours on its group's timeline (ordered by
         reference time, then by insertion), oldest first; empty for an unknown id."""
-        ...
+
+    # -- optional powers, with defaults ------------------------------------------------------------------------
+    def group_lock(self, group_id: str) -> AbstractContextManager[None]:
+        """Held around a read-modify-write cycle of one group. A :attr:`shared` store locks across processes;
+        the default is no lock (the memory's own locks suffice within one process)."""
+        return contextlib.nullcontext()
+
+    def load(self, records: Iterable[Record]) -> None:
+        """Bulk-load records into an empty store (a snapshot, a migration). The default is one :meth:`write`;
+        a backend may build its indexes once at the end instead."""
+        if any(self.count(kind) for kind in Kind):
+            raise BackendError("load() needs an empty store")
+        self.write(WriteBatch(puts=list(records)))
+
+    def export_indexes(self) -> IndexExport | None:
+        """The backend's own index sections for a snapshot (see :class:`IndexExport`); None: nothing to add."""
+        return None
+
+    def restore(self, records: RecordSet, sections: Sections | None) -> dict[str, Any]:
+        """Fill this empty store from a snapshot: the records, and the backend's index sections of
+        :meth:`export_indexes` when present (a backend must check that they fit the records and rebuild what does
+        not). Returns a report of what was reused and what rebuilt. The default loads the records."""
+        self.load(records)
+        return {}
+
+    def flush(self) -> None:
+        """Fold pending index work into the bulk indexes now (a long-running memory does it on its own)."""
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and backend details, for humans and benchmarks."""
+        return {"records": {kind.value: self.count(kind) for kind in Kind}, "groups": len(self.groups())}
+
+    def close(self) -> None:
+        """Release connections and files (the store is unusable after)."""
+        return None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

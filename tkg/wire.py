@@ -535,7 +535,7 @@ def _plain(value: Any) -> Any:
 def entity_names(memory: Memory, facts: Iterable[Fact]) -> dict[str, str]:
     """Entity id -> name for both ends of the given facts (one store read)."""
     ids = sorted({i for f in facts for i in (f.source_id, f.target_id)})
-    return {e.id: e.name for e in memory.store.get(Kind.ENTITY, ids) if isinstance(e, Entity)}
+    return {e.id: e.name for e in memory.get_many(Kind.ENTITY, ids) if isinstance(e, Entity)}
 
 
 def _ranked(memory: Memory, found: SearchResults | Context) -> dict[str, Any]:
@@ -665,7 +665,7 @@ class ScopedMemory:
                 if group not in self.groups:
                     raise self._not_found_group(group)
             return frozenset(named)
-        existing = self.memory.store.groups()
+        existing = set(self.memory.groups())
         for group in named:
             if group not in existing:
                 raise self._not_found_group(group)
@@ -691,13 +691,13 @@ class ScopedMemory:
         visible = self.readable(group_ids)
         if visible is None:
             return None
-        return sorted(visible & self.memory.store.groups())
+        return sorted(visible & set(self.memory.groups()))
 
     def _owned(self, kind: Kind, record_id: object) -> Any:
         what = f"{kind.value}_id"
         check_id(record_id, what)
         assert isinstance(record_id, str)
-        record = self.memory.store.get(kind, [record_id])[0]
+        record = self.memory.get_many(kind, [record_id])[0]
         if record is None or (self.groups is not None and record.group_id not in self.groups):
             raise NotFoundError(f"no {kind.value} with id {record_id!r}")
         return record
@@ -915,12 +915,7 @@ class ScopedMemory:
         groups = self._searchable(group_ids)
         if groups is not None and not groups:
             return EpisodeListOut(episodes=[], total=0, offset=start, limit=size)
-        found = [
-            e
-            for e in self.memory.store.scan(Kind.EPISODE, None if groups is None else frozenset(groups))
-            if isinstance(e, Episode)
-        ]
-        found.sort(key=lambda e: (e.reference_time, e.created_at, e.id), reverse=True)
+        found = sorted(self.memory.episodes(groups), key=lambda e: (e.reference_time, e.created_at, e.id), reverse=True)
         page = found[start : start + size]
         return EpisodeListOut(episodes=[episode_out(e) for e in page], total=len(found), offset=start, limit=size)
 
@@ -939,17 +934,12 @@ class ScopedMemory:
 
     def list_groups(self) -> GroupsOut:
         """The groups this caller may use (for an unrestricted view: every group that holds something)."""
-        store = self.memory.store
-        groups = sorted(self.groups if self.groups is not None else store.groups())
+        groups = sorted(self.groups if self.groups is not None else self.memory.groups())
+        counts = {g: self.memory.stats(g)["records"] for g in groups}
         return GroupsOut(
             groups=[
-                GroupOut(
-                    group_id=g,
-                    episodes=store.count(Kind.EPISODE, frozenset([g])),
-                    entities=store.count(Kind.ENTITY, frozenset([g])),
-                    facts=store.count(Kind.FACT, frozenset([g])),
-                )
-                for g in groups
+                GroupOut(group_id=g, episodes=c["episode"], entities=c["entity"], facts=c["fact"])
+                for g, c in counts.items()
             ]
         )
 

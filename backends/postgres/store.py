@@ -12,7 +12,6 @@ strict pattern and quoted, is spliced into statement text.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import math
@@ -23,12 +22,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Json
 
+from tkg.codec import decode_value, encode_value
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, ConfigurationError, EmbeddingError, ValidationError
 from tkg.models import (
@@ -45,10 +45,8 @@ from tkg.models import (
     search_text,
 )
 from tkg.names import normalize_name
-from tkg.snapshot import DT_TAG, MAP_TAG, escape_map
-from tkg.storage import Hit, WriteBatch
+from tkg.storage import Hit, Store, WriteBatch
 from tkg.timeline import Scope
-from tkg.timeutil import from_micros, to_micros
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
 from .schema import SEARCH_INDEXES, TABLES, ensure_schema, quote_ident, render
@@ -69,47 +67,9 @@ def _columns(kind: Kind) -> list[str]:
 COLUMNS: dict[Kind, list[str]] = {kind: _columns(kind) for kind in Kind}
 
 
-# -- attribute maps as json (datetimes tagged as in snapshots; bytes and non-finite floats tagged too) -----------
-_BYTES = "__bytes__"
-_FLOAT = "__float__"
-_TAGS = frozenset({DT_TAG, _BYTES, _FLOAT, MAP_TAG})
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return {DT_TAG: to_micros(value)}
-    if isinstance(value, float) and not math.isfinite(value):
-        return {_FLOAT: repr(value)}
-    if isinstance(value, bytes | bytearray):
-        return {_BYTES: base64.b64encode(value).decode()}
-    if isinstance(value, Mapping):
-        return escape_map({str(k): _encode(v) for k, v in value.items()}, _TAGS)
-    if isinstance(value, list | tuple):
-        return [_encode(v) for v in value]
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if len(value) == 1:
-            tag, inner = next(iter(value.items()))
-            if tag == DT_TAG:
-                return from_micros(inner)
-            if tag == _FLOAT:
-                return float(inner)
-            if tag == _BYTES:
-                return base64.b64decode(inner)
-            if tag == MAP_TAG:
-                return {k: _decode(v) for k, v in inner.items()}
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-
-
 def _json(record: Record, attributes: Mapping[str, Any]) -> Json:
     try:
-        text = json.dumps(_encode(attributes), allow_nan=False, ensure_ascii=False)
+        text = json.dumps(encode_value(attributes, json=True), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(
             f"{record.kind} {record.id}: attributes must be JSON-like values (strings, numbers, booleans, None, "
@@ -135,7 +95,7 @@ class _Prepared:
         self.key: tuple[str, ...] = tuple(str(getattr(record, c)) for c in TABLES[record.kind].key)
 
 
-class PostgresStore:
+class PostgresStore(Store):
     """A tkg store in a PostgreSQL database (>= 15, with pgvector >= 0.5).
 
     ``dsn`` is a libpq connection string or URI (``"postgresql://user:pass@host:5432/db"``). The tables live in
@@ -147,6 +107,8 @@ class PostgresStore:
     >>> store.count(Kind.FACT)  # doctest: +SKIP
     0
     """
+
+    shared: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -553,7 +515,7 @@ class PostgresStore:
     def _record(self, kind: Kind, row: Sequence[Any]) -> Record:
         fields = dict(zip(COLUMNS[kind], row[1:], strict=True))
         if "attributes" in fields:
-            fields["attributes"] = _decode(fields["attributes"])
+            fields["attributes"] = decode_value(fields["attributes"], json=True)
         for name in ("labels", "aliases", "episodes"):
             if name in fields:
                 fields[name] = tuple(fields[name])

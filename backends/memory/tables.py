@@ -1,0 +1,192 @@
+"""The in-memory backend's slot tables: one per kind of record, the records and the numpy columns that filters
+run on (group, both timelines, relation, labels), so a scope becomes one boolean mask per query."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from tkg.models import Kind, Record
+from tkg.timeline import Filters, Scope
+from tkg.timeutil import to_micros
+
+from .arrays import Column
+from .vectors import Mask
+
+MIN = np.iinfo(np.int64).min
+MAX = np.iinfo(np.int64).max
+
+
+def micros_or(value: datetime | None, missing: int) -> int:
+    return missing if value is None else to_micros(value)
+
+
+class Table:
+    """Slots of one kind: the records, their ids, and the numpy columns that filters run on."""
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+        self.records: list[Record | None] = []
+        self.slot_of: dict[str, int] = {}
+        self.alive = Column(np.bool_, False)
+        self.group = Column(np.int32, -1)
+        self.created = Column(np.int64, MAX)
+        # Facts: event interval and expiry. Episodes: reference time in `valid`.
+        self.valid = Column(np.int64, MIN)
+        self.invalid = Column(np.int64, MAX)
+        self.expired = Column(np.int64, MAX)
+        # A superseded fact's end before the supersession: what a query known before its expiry believes.
+        self.prior = Column(np.int64, MAX)
+        # Filters: a fact's relation code; one boolean column per entity label (labels are few).
+        self.relation = Column(np.int32, -1)
+        self.labels: dict[str, Column] = {}
+        self.live = 0
+        self.version = 0  # bumped on every change; cached masks are keyed by it
+        # The slot each version bump since _log_base changed (touch()), so a cached mask can be brought up to date
+        # by recomputing those slots alone. A bump that did not log (a bulk change) makes the log disagree with the
+        # version, and masks are then recomputed whole.
+        self._log: list[int] = []
+        self._log_base = 0
+
+    def touch(self, slot: int) -> None:
+        """Record that ``slot`` changed: a new version."""
+        if len(self._log) != self.version - self._log_base or len(self._log) > 4 * len(self.records) + 4096:
+            # after a bulk change, or to keep the log bounded: masks of older versions recompute whole
+            self._log.clear()
+            self._log_base = self.version
+        self.version += 1
+        self._log.append(slot)
+
+    def changed_since(self, version: int) -> npt.NDArray[np.int64] | None:
+        """The slots changed after ``version`` (sorted, unique), or None when the log cannot say."""
+        if version < self._log_base or len(self._log) != self.version - self._log_base:
+            return None
+        return np.unique(np.asarray(self._log[version - self._log_base :], dtype=np.int64))
+
+    def slot_for(self, record_id: str) -> int:
+        slot = self.slot_of.get(record_id)
+        if slot is not None:
+            return slot
+        slot = len(self.records)
+        self.records.append(None)
+        self.slot_of[record_id] = slot
+        columns = (self.alive, self.group, self.created, self.valid, self.invalid, self.expired, self.prior)
+        for column in (*columns, self.relation):
+            column.ensure(slot + 1)
+        for column in self.labels.values():
+            column.ensure(slot + 1)
+        return slot
+
+    def set_labels(self, slot: int, labels: Iterable[str]) -> None:
+        wanted = set(labels)
+        for label, column in self.labels.items():
+            if slot < column.size:
+                column[slot] = label in wanted
+        for label in wanted - self.labels.keys():
+            column = Column(np.bool_, False)
+            column.ensure(self.alive.size)
+            column[slot] = True
+            self.labels[label] = column
+
+    def get(self, record_id: str) -> Record | None:
+        slot = self.slot_of.get(record_id)
+        return None if slot is None else self.records[slot]
+
+    def mask(
+        self,
+        scope: Scope | None,
+        group_codes: dict[str, int],
+        relation_codes: dict[str, int],
+        rows: npt.NDArray[np.int64] | None = None,
+    ) -> Mask:
+        """The scope's mask over all slots, or over the slots ``rows`` only (in that order)."""
+
+        def col(column: Column) -> npt.NDArray:  # type: ignore[type-arg]
+            return column.view() if rows is None else column.view()[rows]
+
+        mask = col(self.alive).copy()
+        if scope is None:
+            return mask
+        if scope.group_ids is not None:
+            codes = [group_codes[g] for g in scope.group_ids if g in group_codes]
+            groups = col(self.group)
+            if not codes:
+                return np.zeros_like(mask)
+            mask &= groups == codes[0] if len(codes) == 1 else np.isin(groups, codes)
+        tx = to_micros(scope.known_at)
+        mask &= col(self.created) <= tx
+        if self.kind is Kind.FACT and scope.as_of is not None:
+            at = to_micros(scope.as_of)
+            expired = col(self.expired)
+            # A supersession learnt after known_at is not yet known then: the fact ends where it ended before
+            # (prior_invalid_at; tkg.timeline.believed_invalid_at). expired_at None is stored as MAX.
+            invalid = np.where((expired > tx) & (expired != MAX), col(self.prior), col(self.invalid))
+            mask &= (col(self.valid) <= at) & (at < invalid)
+        elif self.kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
+            mask &= col(self.valid) <= to_micros(scope.as_of)
+        if scope.filters:
+            self._filter(mask, scope.filters, relation_codes, col)
+        return mask
+
+    def stable_interval(self, now: int, event_time: bool, rows: npt.NDArray[np.int64] | None = None) -> tuple[int, int]:
+        """``[lo, hi)`` around ``now`` in which no stored timestamp that a "now" mask depends on changes its
+        comparison with "now" (creation; for facts judged at "now" also validity and expiry); over the slots
+        ``rows`` only when given."""
+        columns = [self.created]
+        if self.kind is Kind.FACT and event_time:
+            columns += [self.valid, self.invalid, self.expired, self.prior]
+        lo, hi = MIN, MAX
+        for column in columns:
+            values = column.view() if rows is None else column.view()[rows]
+            lo = max(lo, int(values.max(initial=MIN, where=values <= now)))
+            hi = min(hi, int(values.min(initial=MAX, where=values > now)))
+        return lo, hi
+
+    def _filter(
+        self,
+        mask: Mask,
+        filters: Filters,
+        relation_codes: dict[str, int],
+        col: Callable[[Column], npt.NDArray],  # type: ignore[type-arg]
+    ) -> None:
+        if filters.labels is not None and self.kind is Kind.ENTITY:
+            labelled = np.zeros_like(mask)
+            for label in filters.labels:
+                column = self.labels.get(label)
+                if column is not None:
+                    labelled |= col(column)
+            mask &= labelled
+        if filters.relations is not None and self.kind is Kind.FACT:
+            codes = [relation_codes[r] for r in filters.relations if r in relation_codes]
+            mask &= np.isin(col(self.relation), codes) if codes else False
+        for rng in filters.dates:
+            column, missing = self._date_column(rng.field)
+            if column is None:
+                continue
+            values = col(column)
+            inside = np.ones_like(mask)
+            if rng.start is not None:
+                inside &= values >= to_micros(rng.start)  # type: ignore[arg-type]
+            if rng.end is not None:
+                inside &= values < to_micros(rng.end)  # type: ignore[arg-type]
+            if missing is not None:
+                absent = values == missing
+                inside = (inside & ~absent) | (absent if rng.include_missing else False)
+            mask &= inside
+
+    def _date_column(self, name: str) -> tuple[Column | None, int | None]:
+        """The column holding a DateRange field for this kind, and the sentinel that stands for ``None``."""
+        if name == "created_at":
+            return self.created, None
+        if self.kind is Kind.FACT:
+            return {
+                "valid_at": (self.valid, MIN),
+                "invalid_at": (self.invalid, MAX),
+                "expired_at": (self.expired, MAX),
+            }.get(name, (None, None))
+        if self.kind is Kind.EPISODE and name == "reference_time":
+            return self.valid, None
+        return None, None

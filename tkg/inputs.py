@@ -1,0 +1,160 @@
+"""What callers hand the memory, checked at the door: episodes and structured facts.
+
+Every way in (``add_episode``, ``add_episodes``, ``queue_episode``, ``add_facts``, the servers) builds its records
+here, so a bad argument is refused with a :class:`tkg.errors.TkgError` before anything is stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tkg.config import MemoryConfig
+from tkg.errors import EpisodeError, TimestampError, ValidationError
+from tkg.models import Episode, EpisodeSource, check_group_id, check_id, check_text, new_id
+from tkg.temporal import resolve_time
+from tkg.timeutil import optional_utc, to_utc
+
+__all__ = ["EpisodeInput", "FactInput", "make_episode", "resolve_when"]
+
+
+@dataclass(frozen=True, slots=True)
+class FactInput:
+    """A structured fact for :meth:`tkg.Memory.add_facts` (no LLM involved).
+
+    ``valid_at`` / ``invalid_at`` take datetimes, ISO-8601 strings, or time phrases ("two weeks ago", "in 2019")
+    resolved against the call's reference time.
+
+    >>> FactInput("Alice", "WORKS_AT", "Acme", valid_at="2021-01-01T00:00:00Z").relation
+    'WORKS_AT'
+    """
+
+    subject: str
+    relation: str
+    object: str
+    fact: str | None = None
+    valid_at: datetime | str | None = None
+    invalid_at: datetime | str | None = None
+    subject_label: str = "Entity"
+    object_label: str = "Entity"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> FactInput:
+        if not isinstance(data, Mapping):
+            raise ValidationError(f"a fact must be a FactInput or a mapping, got {type(data).__name__}")
+        try:
+            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        except TypeError as exc:
+            raise ValidationError(f"a fact needs subject, relation and object: {exc}") from None
+
+    @classmethod
+    def of(cls, item: FactInput | Mapping[str, Any]) -> FactInput:
+        fact = item if isinstance(item, FactInput) else cls.from_mapping(item)
+        for part in (fact.subject, fact.relation, fact.object):
+            if not isinstance(part, str) or not part.strip():
+                raise ValidationError(f"fact {fact!r} has an empty subject, relation or object")
+            check_text(part, "a fact's subject, relation or object")
+        if fact.fact is not None:
+            if not isinstance(fact.fact, str):
+                raise ValidationError(f"fact text must be a string, got {type(fact.fact).__name__}")
+            check_text(fact.fact, "fact text")
+        return fact
+
+    def as_document(self) -> dict[str, Any]:
+        """The fact as the JSON its episode keeps (provenance): set fields only, datetimes in ISO-8601."""
+        return {
+            f.name: (v.isoformat() if isinstance(v, datetime) else v)
+            for f in dataclasses.fields(self)
+            if (v := getattr(self, f.name)) is not None
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeInput:
+    """One episode for :meth:`tkg.Memory.add_episodes` (the arguments of :meth:`tkg.Memory.add_episode`)."""
+
+    content: str | Mapping[str, Any] | list[Any]
+    group_id: str | None = None
+    source: EpisodeSource | str = EpisodeSource.MESSAGE
+    reference_time: datetime | str | None = None
+    source_description: str = ""
+    name: str = ""
+    episode_id: str | None = None
+
+    @classmethod
+    def of(cls, item: EpisodeInput | Mapping[str, Any] | str) -> EpisodeInput:
+        if isinstance(item, EpisodeInput):
+            return item
+        if isinstance(item, str):
+            return cls(item)
+        if isinstance(item, Mapping):
+            unknown = sorted(set(item) - set(cls.__dataclass_fields__))
+            if unknown:
+                raise ValidationError(f"unknown episode fields {unknown}")
+            try:
+                return cls(**item)
+            except TypeError as exc:
+                raise ValidationError(f"an episode needs content: {exc}") from None
+        raise ValidationError(f"an episode must be an EpisodeInput, a mapping or a string, not {type(item).__name__}")
+
+
+def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Episode:
+    """The validated episode for ``item``, recorded at ``now`` (the one place episode arguments are checked)."""
+    try:
+        kind = EpisodeSource(item.source)
+    except ValueError:
+        raise EpisodeError(f"source {item.source!r} is unknown; use one of message, text, json") from None
+    content = item.content
+    if kind is EpisodeSource.JSON and not isinstance(content, str):
+        try:
+            content = json.dumps(content, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise EpisodeError(f"JSON episode content is not serialisable: {exc}") from None
+    if not isinstance(content, str):
+        raise EpisodeError(
+            f"episode content must be a string (or a JSON value for source='json'), got {type(content).__name__}"
+        )
+    if not content.strip():
+        raise EpisodeError("episode content is empty or whitespace; nothing to remember")
+    if len(content) > config.max_episode_chars:
+        raise EpisodeError(
+            f"episode has {len(content):,} characters, more than MemoryConfig.max_episode_chars "
+            f"({config.max_episode_chars:,}); split it into several episodes"
+        )
+    check_text(content, "episode content")
+    if kind is EpisodeSource.JSON:
+        try:
+            json.loads(content)
+        except ValueError as exc:
+            raise EpisodeError(f"source='json' but the content is not valid JSON: {exc}") from None
+    for value, what in ((item.source_description, "source_description"), (item.name, "name")):
+        if not isinstance(value, str):
+            raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
+        check_text(value, what)
+    return Episode(
+        id=check_id(item.episode_id, "episode_id") if item.episode_id is not None else new_id(),
+        group_id=check_group_id(item.group_id if item.group_id is not None else config.default_group),
+        content=content,
+        source=kind,
+        reference_time=to_utc(item.reference_time, "reference_time") if item.reference_time is not None else now,
+        created_at=now,
+        source_description=item.source_description,
+        name=item.name,
+    )
+
+
+def resolve_when(value: datetime | str | None, what: str, reference: datetime) -> datetime | None:
+    """A datetime, an ISO-8601 string, or a time phrase resolved against ``reference``."""
+    if value is None or isinstance(value, datetime):
+        return optional_utc(value, what)
+    try:
+        return optional_utc(value, what)
+    except TimestampError:
+        resolved = resolve_time(value, reference) if isinstance(value, str) else None
+        if resolved is None:
+            raise TimestampError(f"{what} {value!r} is neither a date nor a time phrase tkg can resolve") from None
+        return resolved

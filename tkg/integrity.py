@@ -1,0 +1,82 @@
+"""Reference integrity: what a write may point to, decided once for every backend.
+
+* every record put is a tkg record;
+* a fact's two entities exist (in the store, or in the same write) and belong to the fact's group: facts never
+  cross groups;
+* a mention's episode and entity exist; a membership's community and entity exist.
+
+A record put and deleted in the same write counts as deleted (deletes apply after puts). A backend calls
+:func:`check_write` before it changes anything, with a lookup of what it already holds; a bulk load into an empty
+store passes a lookup that finds nothing, so everything must be in the load itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from operator import attrgetter
+
+from tkg.errors import BackendError, ValidationError
+from tkg.models import RECORD_TYPES, Kind, Record
+
+#: ``(kind, ids) -> {id: group_id}`` for those of the ids the store holds.
+Lookup = Callable[[Kind, Collection[str]], Mapping[str, str]]
+
+_GROUP, _SOURCE, _TARGET = attrgetter("group_id"), attrgetter("source_id"), attrgetter("target_id")
+_EPISODE, _ENTITY, _COMMUNITY = attrgetter("episode_id"), attrgetter("entity_id"), attrgetter("community_id")
+_ENDPOINTS = (Kind.EPISODE, Kind.ENTITY, Kind.COMMUNITY)
+
+
+def nothing_stored(kind: Kind, ids: Collection[str]) -> Mapping[str, str]:
+    """The lookup of an empty store."""
+    return {}
+
+
+def check_write(puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]], stored: Lookup) -> None:
+    """Raise :class:`ValidationError` (not a record) or :class:`BackendError` (a dangling or cross-group
+    reference) if applying ``puts`` then ``deletes`` to a store holding what ``stored`` finds would break the
+    rules above. Whole columns are compared at C speed; the loops that name a culprit run only on failure."""
+    types = tuple(RECORD_TYPES.values())
+    by_kind: dict[Kind, list[Record]] = {kind: [] for kind in Kind}
+    for record in puts:
+        if not isinstance(record, types):
+            raise ValidationError(f"cannot store {type(record).__name__}; expected a tkg record")
+        by_kind[record.kind].append(record)
+    deleted = {(Kind(kind), record_id) for kind, record_id in deletes}
+    facts, mentions, members = by_kind[Kind.FACT], by_kind[Kind.MENTION], by_kind[Kind.MEMBERSHIP]
+    needed: dict[Kind, set[str]] = {
+        Kind.ENTITY: {*map(_SOURCE, facts), *map(_TARGET, facts), *map(_ENTITY, mentions), *map(_ENTITY, members)},
+        Kind.EPISODE: set(map(_EPISODE, mentions)),
+        Kind.COMMUNITY: set(map(_COMMUNITY, members)),
+    }
+    groups: dict[Kind, dict[str, str]] = {}
+    for kind in _ENDPOINTS:
+        incoming = {r.id: r.group_id for r in by_kind[kind] if (kind, r.id) not in deleted}
+        outside = [i for i in needed[kind] if i not in incoming]
+        found = stored(kind, outside) if outside else {}
+        groups[kind] = {**{i: g for i, g in found.items() if (kind, i) not in deleted}, **incoming}
+    entity_group = groups[Kind.ENTITY]
+    fact_groups = list(map(_GROUP, facts))
+    if (
+        list(map(entity_group.get, map(_SOURCE, facts))) != fact_groups
+        or list(map(entity_group.get, map(_TARGET, facts))) != fact_groups
+    ):
+        for fact in facts:
+            for end in (_SOURCE(fact), _TARGET(fact)):
+                group = entity_group.get(end)
+                if group is None:
+                    raise BackendError(f"fact {fact.id} points to entity {end!r}, which does not exist")
+                if group != fact.group_id:
+                    raise BackendError(
+                        f"fact {fact.id} in group {fact.group_id!r} points to entity {end!r} of group {group!r}; "
+                        "facts never cross groups"
+                    )
+    episodes = groups[Kind.EPISODE]
+    if not (episodes.keys() >= set(map(_EPISODE, mentions)) and entity_group.keys() >= set(map(_ENTITY, mentions))):
+        for mention in mentions:
+            if _EPISODE(mention) not in episodes or _ENTITY(mention) not in entity_group:
+                raise BackendError(f"mention {mention.id} points to a missing episode or entity")
+    communities = groups[Kind.COMMUNITY]
+    if not (communities.keys() >= set(map(_COMMUNITY, members)) and entity_group.keys() >= set(map(_ENTITY, members))):
+        for member in members:
+            if _COMMUNITY(member) not in communities or _ENTITY(member) not in entity_group:
+                raise BackendError(f"membership {member.id} points to a missing community or entity")
