@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from tkg.config import MemoryConfig
+from tkg.drafts import Draft, add_fact
 from tkg.errors import EpisodeError, TimestampError, ValidationError
 from tkg.models import Episode, EpisodeSource, check_group_id, check_id, check_text, new_id
 from tkg.temporal import resolve_time
 from tkg.timeutil import optional_utc, to_utc
 
-__all__ = ["EpisodeInput", "FactInput", "make_episode", "resolve_when"]
+__all__ = ["EpisodeInput", "FactInput", "make_episode", "resolve_when", "structured_facts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +159,32 @@ def resolve_when(value: datetime | str | None, what: str, reference: datetime) -
         if resolved is None:
             raise TimestampError(f"{what} {value!r} is neither a date nor a time phrase tkg can resolve") from None
         return resolved
+
+
+def structured_facts(
+    facts: Iterable[FactInput | Mapping[str, Any]], reference: datetime
+) -> tuple[list[dict[str, Any]], Draft]:
+    """The JSON document an :meth:`tkg.Memory.add_facts` episode keeps, and the draft of its entities and facts.
+    A fact without ``valid_at`` holds from ``reference``; time phrases resolve against it."""
+    if isinstance(facts, (str, bytes, Mapping)):
+        raise ValidationError("add_facts takes an iterable of facts (FactInput or mappings), not one value")
+    items = [FactInput.of(f) for f in facts]
+    if not items:
+        raise ValidationError("add_facts needs at least one fact")
+    parsed = [
+        (
+            item,
+            resolve_when(item.valid_at, "valid_at", reference),
+            resolve_when(item.invalid_at, "invalid_at", reference),
+        )
+        for item in items
+    ]
+    for item, start, end in parsed:
+        if start is not None and end is not None and end < start:
+            raise TimestampError(f"fact {item.subject} {item.relation} {item.object}: invalid_at is before valid_at")
+    draft = Draft()
+    for item, start, end in parsed:
+        draft.add_entity(item.subject, item.subject_label)
+        draft.add_entity(item.object, item.object_label)
+        add_fact(draft, item.subject, item.relation, item.object, item.fact, start or reference, end)
+    return [item.as_document() for item in items], draft

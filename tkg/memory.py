@@ -10,29 +10,26 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tkg import reads, snapshot
+from tkg import persistence
 from tkg.bulk import ingest_batch
 from tkg.clock import Clock, SystemClock
 from tkg.community_tier import CommunityConfig, CommunityReport, CommunityTier
 from tkg.config import MemoryConfig
 from tkg.context import Context, TokenCounter, approx_tokens, construct
-from tkg.drafts import Draft, add_fact
 from tkg.embedders.base import Embedder, check_vectors
 from tkg.errors import (
-    BackendError,
     ConfigurationError,
-    NotFoundError,
-    TimestampError,
     UnknownGroupError,
     ValidationError,
 )
 from tkg.ingest import EpisodeResult, Ingestor, RemovalResult
-from tkg.inputs import EpisodeInput, FactInput, make_episode, resolve_when
+from tkg.inputs import EpisodeInput, FactInput, make_episode, structured_facts
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.schema import GraphExtraction
 from tkg.locks import MemoryLocks
-from tkg.models import Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Mention, Record, check_group_id
+from tkg.memory_reads import Groups, MemoryReads
+from tkg.models import Episode, EpisodeSource, EpisodeStatus, Fact, Kind, check_group_id
 from tkg.ontology import Ontology
 from tkg.reads import Neighbourhood
 from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer
@@ -44,10 +41,8 @@ from tkg.timeutil import optional_utc, to_utc
 
 __all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
-Groups = Sequence[str] | str | None
 
-
-class Memory:
+class Memory(MemoryReads):
     """An embedded temporal knowledge-graph memory.
 
     >>> from tkg import Memory, HashEmbedder, FixedClock
@@ -366,34 +361,11 @@ class Memory:
         graph like extracted ones: a verbatim repeat adds provenance, and for a relation the ontology declares
         single-valued a new object ends the old one (old ``invalid_at`` = new ``valid_at``).
         """
-        if isinstance(facts, (str, bytes, Mapping)):
-            raise ValidationError("add_facts takes an iterable of facts (FactInput or mappings), not one value")
-        items = [FactInput.of(f) for f in facts]
-        if not items:
-            raise ValidationError("add_facts needs at least one fact")
         now = self._clock.now()
         reference = to_utc(reference_time, "reference_time") if reference_time is not None else now
-        parsed = [
-            (
-                item,
-                resolve_when(item.valid_at, "valid_at", reference),
-                resolve_when(item.invalid_at, "invalid_at", reference),
-            )
-            for item in items
-        ]
-        for item, start, end in parsed:
-            if start is not None and end is not None and end < start:
-                raise TimestampError(
-                    f"fact {item.subject} {item.relation} {item.object}: invalid_at is before valid_at"
-                )
-        document = [item.as_document() for item in items]
+        document, draft = structured_facts(facts, reference)
         source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description)
         episode = make_episode(source, self._config, now)
-        draft = Draft()
-        for item, start, end in parsed:
-            draft.add_entity(item.subject, item.subject_label)
-            draft.add_entity(item.object, item.object_label)
-            add_fact(draft, item.subject, item.relation, item.object, item.fact, start or reference, end)
         return self._ingestor.apply_structured(episode, draft, now)
 
     def remove_episode(self, episode_id: str) -> RemovalResult:
@@ -554,127 +526,6 @@ class Memory:
             raise UnknownGroupError(f"group(s) {missing} hold nothing in this memory; add an episode there first")
 
     # ------------------------------------------------------------------------------------------------------
-    # reads: what the doors (servers, CLI, pictures) need besides search, each under the read lock
-    def get(self, kind: Kind | str, record_id: str) -> Record:
-        """The record of this kind with this id; :class:`NotFoundError` if there is none."""
-        found = self.get_many(kind, [record_id])[0]
-        if found is None:
-            raise NotFoundError(f"no {Kind(kind).value} with id {record_id!r}")
-        return found
-
-    def get_many(self, kind: Kind | str, ids: Sequence[str]) -> list[Record | None]:
-        """The records of this kind with these ids, in order; None where there is none."""
-        try:
-            kind = Kind(kind)
-        except ValueError:
-            raise ValidationError(f"unknown record kind {kind!r}; use one of {[k.value for k in Kind]}") from None
-        with self._locks.read():
-            return self._store.get(kind, list(ids))
-
-    def groups(self) -> list[str]:
-        """The groups that hold at least one record, sorted."""
-        with self._locks.read():
-            return sorted(self._store.groups())
-
-    def records(self, kind: Kind | str, group_ids: Groups = None) -> list[Record]:
-        """Every record of a kind (in these groups), history included, in store order: a full read, for exports
-        and tests. For current facts use :meth:`get_all`; for relevance, :meth:`search`."""
-        groups = _groups(group_ids)
-        with self._locks.read():
-            return list(self._store.scan(Kind(kind), groups))
-
-    def get_all(
-        self,
-        group_ids: Groups = None,
-        *,
-        as_of: datetime | str | None = None,
-        known_at: datetime | str | None = None,
-        include_invalidated: bool = False,
-        filters: Filters | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[Fact]:
-        """The facts of these groups, in store order: by default those that hold now as the memory knows them;
-        ``as_of`` / ``known_at`` / ``include_invalidated`` / ``filters`` as in :meth:`search`. ``limit`` and
-        ``offset`` page through them."""
-        scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
-        with self._locks.read():
-            found = reads.facts(self._store, scope.group_ids, scope)
-        return found[offset:] if limit is None else found[offset : offset + limit]
-
-    def episodes(self, group_ids: Groups = None, *, status: EpisodeStatus | str | None = None) -> list[Episode]:
-        """Episodes of these groups (with this status), by reference time, then creation."""
-        state = None if status is None else EpisodeStatus(status)
-        groups = _groups(group_ids)
-        with self._locks.read():
-            return reads.episodes(self._store, groups, state)
-
-    def find_entities(self, name: str, *, group_ids: Groups = None) -> list[Entity]:
-        """Entities whose name or alias equals ``name`` once normalised as entity resolution does."""
-        if not isinstance(name, str) or not name.strip():
-            raise ValidationError("an entity name is needed, got an empty value")
-        groups = _groups(group_ids)
-        with self._locks.read():
-            return reads.entities_named(self._store, name, groups if groups is not None else self._store.groups())
-
-    def facts_about(
-        self,
-        entity_id: str | Sequence[str],
-        *,
-        include_invalidated: bool = True,
-        as_of: datetime | str | None = None,
-        known_at: datetime | str | None = None,
-    ) -> list[Fact]:
-        """Every fact touching an entity (or any of several), oldest first: its history, ended facts included,
-        unless ``include_invalidated=False``; ``as_of`` / ``known_at`` view it at other times."""
-        ids = [entity_id] if isinstance(entity_id, str) else list(entity_id)
-        with self._locks.read():
-            for found, wanted in zip(self._store.get(Kind.ENTITY, ids), ids, strict=True):
-                if found is None:
-                    raise NotFoundError(f"no entity with id {wanted!r}")
-            timed = as_of is not None or known_at is not None or not include_invalidated
-            scope = make_scope(self._clock.now(), None, as_of, known_at, include_invalidated) if timed else None
-            return reads.facts_about(self._store, ids, scope)
-
-    def neighbourhood(
-        self,
-        entity_id: str,
-        *,
-        depth: int = 1,
-        as_of: datetime | str | None = None,
-        known_at: datetime | str | None = None,
-        limit: int = 100,
-    ) -> Neighbourhood:
-        """The entities within ``depth`` hops of an entity and the facts among them, in its group, as the memory
-        knew them at ``known_at`` (default now): every fact, ended ones included, or with ``as_of`` those that held
-        then. At most ``limit`` entities (nearest first, then by name); :attr:`Neighbourhood.omitted` counts the
-        rest. Raises :class:`NotFoundError` for an unknown entity, or one recorded after ``known_at``."""
-        known = optional_utc(known_at, "known_at")
-        center = self.get(Kind.ENTITY, entity_id)
-        assert isinstance(center, Entity)
-        if known is not None and center.created_at > known:
-            raise NotFoundError(
-                f"entity {center.name!r} ({entity_id}) was recorded at {center.created_at.isoformat()}, after "
-                f"known_at {known.isoformat()}: the memory did not know it yet"
-            )
-        scope = make_scope(self._clock.now(), [center.group_id], as_of, known, include_invalidated=True)
-        with self._locks.read():
-            return reads.neighbourhood(self._store, center, depth, scope, limit)
-
-    def episode_mentions(self, episode_id: str) -> list[Mention]:
-        """The entities an episode names, as mentions (with what the episode said about each)."""
-        with self._locks.read():
-            return self._store.mentions(episode_ids=[episode_id])
-
-    def stats(self, group_ids: Groups = None) -> dict[str, Any]:
-        """Record counts by kind (in these groups), the groups, and the embedder's name."""
-        groups = _groups(group_ids)
-        with self._locks.read():
-            counts = {kind.value: self._store.count(kind, groups) for kind in Kind}
-            held = sorted(self._store.groups() if groups is None else groups & self._store.groups())
-        return {"records": counts, "groups": held, "embedder": self._embedder.name}
-
-    # ------------------------------------------------------------------------------------------------------
     # snapshots
     def save(self, path: str | Path) -> int:
         """Write the whole memory to one msgpack file, atomically: the previous file at ``path`` is replaced only
@@ -683,7 +534,7 @@ class Memory:
         # Under the read lock: the snapshot reads each kind and the indexes separately, and a write in between
         # would leave a file whose facts name entities it does not hold.
         with self._locks.read():
-            return snapshot.save(self._store, path, meta)
+            return persistence.save_snapshot(self._store, path, meta)
 
     @classmethod
     def load(
@@ -699,30 +550,5 @@ class Memory:
         ontology: Ontology | None = None,
     ) -> Memory:
         """Open a snapshot into a new memory (a fresh in-memory store unless an empty ``store`` is given)."""
-        with snapshot.open_snapshot(path) as opened:
-            meta = opened.meta
-            if meta.get("dim") != embedder.dim:
-                raise ConfigurationError(
-                    f"snapshot {path} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d"
-                )
-            if check_embedder and meta.get("embedder") != embedder.name:
-                raise ConfigurationError(
-                    f"snapshot {path} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
-                    "pass the same embedder, or check_embedder=False to mix them knowingly"
-                )
-            if store is None:
-                from tkg.backends.memory import InMemoryStore
-
-                store = InMemoryStore(dim=embedder.dim)
-            if store.dim != embedder.dim:
-                raise ConfigurationError(f"the store holds {store.dim}-d vectors; the embedder makes {embedder.dim}-d")
-            if any(store.count(kind) for kind in Kind):
-                raise BackendError("Memory.load() needs an empty store; the one given holds records")
-            opened.restore_into(store)
-        return cls(store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
-
-
-def _groups(group_ids: Groups) -> frozenset[str] | None:
-    if group_ids is None:
-        return None
-    return frozenset(check_group_id(g) for g in ([group_ids] if isinstance(group_ids, str) else group_ids))
+        filled = persistence.load_snapshot(path, embedder, store, check_embedder=check_embedder)
+        return cls(filled, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
