@@ -103,8 +103,9 @@ CITIES = ["Paris", "Berlin", "Rome", "Oslo"]
 
 
 def moves(group: str) -> list[str]:
-    """A group's episodes: one person moving from city to city (each move ends the previous home)."""
-    return [f"Ann: I LIVES_IN {city}. I met {group.upper()}Bob." for city in CITIES]
+    """A group's episodes: one person moving from city to city, a year apart (each move ends the previous home;
+    with the same reference time for all, the years are what orders them)."""
+    return [f"Ann: I LIVES_IN {city} since {2020 + i}. I met {group.upper()}Bob." for i, city in enumerate(CITIES)]
 
 
 def live_homes(memory: Memory, group: str) -> list[str]:
@@ -213,9 +214,12 @@ def test_full_queue_refuses_and_stores_nothing() -> None:
     llm = GateLLM()
     memory = make_memory(llm)
     with BackgroundIngestor(memory, max_queue=2, workers=1) as ingestor:
-        running = ingestor.submit("Ann: I LIVES_IN Paris.", group_id="g")
+        running = ingestor.submit("Ann: I LIVES_IN Paris since 2020.", group_id="g")
         llm.wait_entered()  # running work does not count against max_queue
-        waiting = [ingestor.submit(f"Ann: I LIVES_IN {c}.", group_id="g") for c in ("Rome", "Oslo")]
+        waiting = [
+            ingestor.submit(f"Ann: I LIVES_IN {c} since {y}.", group_id="g")
+            for c, y in (("Rome", 2021), ("Oslo", 2022))
+        ]
         before = records(memory)
         with pytest.raises(QueueFullError, match="max_queue"):
             ingestor.submit("Ann: I LIVES_IN Lima.", group_id="g")
@@ -224,7 +228,7 @@ def test_full_queue_refuses_and_stores_nothing() -> None:
         assert records(memory) == before and ingestor.pending == 3
         llm.gate.set()
         ingestor.wait_all(timeout=WAIT)
-        later = ingestor.submit("Ann: I LIVES_IN Lima.", group_id="g")  # room again
+        later = ingestor.submit("Ann: I LIVES_IN Lima since 2023.", group_id="g")  # room again
         assert ingestor.wait(later, timeout=WAIT).state == "done"
     assert [ingestor.status(i).state for i in (running, *waiting)] == ["done"] * 3
     assert live_homes(memory, "g") == ["Lima"]
@@ -261,7 +265,7 @@ def test_failed_extraction_reports_reason_and_retryable_then_retry_requeues() ->
     llm.gate.set()
     memory = make_memory(llm)
     with BackgroundIngestor(memory, workers=2) as ingestor:
-        flaky = ingestor.submit("Ann: I LIVES_IN Paris.", group_id="g")
+        flaky = ingestor.submit("Ann: I LIVES_IN Paris since 2020.", group_id="g")
         status = ingestor.wait(flaky, timeout=WAIT)
         assert status.state == "failed" and status.retryable and status.result is None
         assert "HTTP 503: overloaded" in (status.error or "") and "2 attempts" in (status.error or "")
@@ -375,7 +379,7 @@ def test_resume_does_not_queue_again_what_finished_while_it_read_the_memory(monk
     llm = GateLLM()
     memory = make_memory(llm)
     with BackgroundIngestor(memory, workers=1) as ingestor:
-        episode_id = ingestor.submit("Ann: I LIVES_IN Paris.", group_id="g")
+        episode_id = ingestor.submit("Ann: I LIVES_IN Paris since 2020.", group_id="g")
         llm.wait_entered()  # running: its record is still queued in the memory
         read = memory.queued_episodes
 
@@ -487,7 +491,7 @@ def test_status_wait_and_configuration_errors() -> None:
     with BackgroundIngestor(memory, workers=1, keep_finished=1) as ingestor:
         with pytest.raises(NotFoundError):
             ingestor.status("nope")
-        first = ingestor.submit("Ann: I LIVES_IN Paris.", group_id="g")
+        first = ingestor.submit("Ann: I LIVES_IN Paris since 2020.", group_id="g")
         with pytest.raises(ValidationError, match="already queued"):
             ingestor.retry(first)
         with pytest.raises(WaitTimeoutError):

@@ -3,6 +3,7 @@ sequences driven by the rule-based LLM double, and batching against sequential i
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,9 +52,14 @@ def message(statement: Statement) -> str:
 
 
 def state(memory: Memory) -> dict[str, dict[str, Any]]:
-    """Every record by kind and id: the graph (communities are derived and refreshed, not reverted)."""
+    """Every record by kind and id: the graph (communities are derived and refreshed, not reverted). A fact's
+    ``expired_at`` is transaction bookkeeping: when a removal undoes a change of supersession it is learnt again,
+    so only whether it is set counts."""
     return {
-        kind.value: {r.id: r for r in memory.records(kind)}
+        kind.value: {
+            r.id: dataclasses.replace(r, expired_at=r.created_at) if isinstance(r, Fact) and r.expired_at else r
+            for r in memory.records(kind)
+        }
         for kind in Kind
         if kind not in (Kind.COMMUNITY, Kind.MEMBERSHIP)
     }

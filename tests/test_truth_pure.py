@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +12,7 @@ from tkg import invalidation
 from tkg.drafts import from_extraction, time_mentions
 from tkg.errors import ConfigurationError, TimestampError
 from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction
-from tkg.models import Entity, Fact, Mention
+from tkg.models import Entity, Fact, Mention, Verdict
 from tkg.ontology import Ontology, RelationType
 from tkg.profiles import fold, merge_summary
 from tkg.resolution import is_weak, judge
@@ -40,51 +41,106 @@ def fact(fid: str, s: str, rel: str, t: str, start: datetime | None, end: dateti
 
 
 # -- invalidation -----------------------------------------------------------------------------------------------
+LIVES_IN_ONCE = {"LIVES_IN", "WORKS_AT"}.__contains__  # single-valued in these tests
+
+
+def settled(*facts: Fact, stated: dict[str, datetime] | None = None, now: datetime = NOW) -> dict[str, Fact]:
+    when = {f.id: (stated or {}).get(f.id, day(2024)) for f in facts}
+    return invalidation.history(list(facts), when, LIVES_IN_ONCE, now)
+
+
 def test_newer_fact_closes_the_older_one_at_its_start() -> None:
     old = fact("a", "alice", "LIVES_IN", "paris", day(2019))
     new = fact("b", "alice", "LIVES_IN", "berlin", day(2023))
-    new2, old2 = invalidation.settle(new, old, NOW)
-    assert new2 == new
+    out = settled(old, new)
+    assert out["b"] == new
+    old2 = out["a"]
     assert old2.invalid_at == day(2023) and old2.expired_at == NOW and old2.invalidated_by == "b"
     assert old2.prior_invalid_at is None
-    assert invalidation.restore(old2) == old
+    assert invalidation.as_stated(old2) == old
+    # settling again changes nothing, not even the transaction time
+    assert settled(out["a"], out["b"], now=day(2030)) == out
 
 
 def test_late_arriving_fact_about_the_past_is_stored_already_invalidated() -> None:
     current = fact("a", "alice", "LIVES_IN", "berlin", day(2023))
     late = fact("b", "alice", "LIVES_IN", "paris", day(2019))
-    late2, current2 = invalidation.settle(late, current, NOW)
-    assert current2 == current
+    out = settled(current, late)
+    assert out["a"] == current
+    late2 = out["b"]
     assert late2.invalid_at == day(2023) and late2.expired_at == NOW and late2.invalidated_by == "a"
+
+
+def test_a_late_fact_inside_a_superseded_one_shortens_it() -> None:
+    """Oslo (2000), then Rome (2002), then, arriving last, Lima (2001): Oslo ends in 2001, Lima in 2002."""
+    oslo = fact("o", "ann", "LIVES_IN", "oslo", day(2000))
+    rome = fact("r", "ann", "LIVES_IN", "rome", day(2002))
+    before = settled(oslo, rome)
+    lima = fact("l", "ann", "LIVES_IN", "lima", day(2001))
+    out = settled(before["o"], before["r"], lima, now=day(2025))
+    assert (out["o"].invalid_at, out["o"].invalidated_by) == (day(2001), "l")
+    assert (out["l"].invalid_at, out["l"].invalidated_by) == (day(2002), "r")
+    assert out["r"].invalid_at is None and out["r"].expired_at is None
+    assert out["o"].expired_at == day(2025)  # learnt again: its end changed
 
 
 def test_non_overlapping_facts_do_not_invalidate_each_other() -> None:
     old = fact("a", "alice", "LIVES_IN", "paris", day(2010), day(2012))
     new = fact("b", "alice", "LIVES_IN", "berlin", day(2015))
-    assert invalidation.settle(new, old, NOW) == (new, old)
+    assert settled(old, new) == {"a": old, "b": new}
 
 
-def test_a_tie_in_world_time_goes_to_the_newer_information() -> None:
+def test_a_tie_in_world_time_goes_to_the_newer_statement() -> None:
     old = fact("a", "alice", "LIVES_IN", "paris", day(2020))
     new = fact("b", "alice", "LIVES_IN", "berlin", day(2020))
-    _, old2 = invalidation.settle(new, old, NOW)
-    assert old2.invalid_at == day(2020) and old2.expired_at is not None
+    out = settled(old, new, stated={"a": day(2021), "b": day(2022)})
+    assert out["a"].invalid_at == day(2020) and out["a"].invalidated_by == "b" and out["b"].expired_at is None
+    swapped = settled(old, new, stated={"a": day(2022), "b": day(2021)})
+    assert swapped["b"].invalidated_by == "a" and swapped["a"].expired_at is None
 
 
 def test_an_older_fact_with_its_own_end_keeps_it_for_restoring() -> None:
     old = fact("a", "alice", "WORKS_AT", "acme", day(2010), day(2030))
     new = fact("b", "alice", "WORKS_AT", "initech", day(2020))
-    _, old2 = invalidation.settle(new, old, NOW)
+    old2 = settled(old, new)["a"]
     assert old2.invalid_at == day(2020) and old2.prior_invalid_at == day(2030)
-    assert invalidation.restore(old2).invalid_at == day(2030)
+    assert invalidation.own_end(old2) == day(2030)
+    assert settled(old2)["a"] == old  # without its cause, it is as stated again
 
 
-def test_candidates_share_the_pair_or_an_endpoint_and_the_relation() -> None:
+def test_a_restatement_while_the_statement_holds_is_kept_empty_and_linked() -> None:
+    first = fact("a", "alice", "LIKES", "tea", day(2019))
+    again = fact("b", "alice", "LIKES", "tea", day(2021))
+    out = settled(again, first)
+    assert out["a"] == first
+    assert (out["b"].valid_at, out["b"].invalid_at, out["b"].invalidated_by) == (day(2021), day(2021), "a")
+    # once something ends the first statement before it, the restatement holds again
+    gone = fact("c", "alice", "LIKES", "coffee", day(2020))
+    gone = dataclasses.replace(gone, verdicts={"a": Verdict.CONTRADICTS})
+    out = settled(first, again, gone)
+    assert out["a"].invalidated_by == "c" and out["c"].invalidated_by == "b" and out["b"].expired_at is None
+
+
+def test_verdicts_carry_over_within_a_statement() -> None:
+    paris = fact("p", "ann", "LIVES_IN_CITY", "paris", day(2000))
+    berlin = dataclasses.replace(fact("b", "ann", "MOVED_TO", "berlin", day(2005)), verdicts={"p": Verdict.CONTRADICTS})
+    paris_again = fact("p2", "ann", "LIVES_IN_CITY", "paris", day(2008))  # verbatim: the same statement as p
+    out = settled(paris, berlin, paris_again)
+    assert out["p"].invalidated_by == "b" and out["b"].invalidated_by == "p2" and out["p2"].expired_at is None
+
+
+def test_candidates_share_the_pair_or_an_endpoint_and_the_relation_and_overlap() -> None:
     new = fact("n", "alice", "LIVES_IN", "berlin", day(2023))
-    assert invalidation.is_candidate(new, fact("1", "alice", "LIVES_IN", "paris", None))
-    assert invalidation.is_candidate(new, fact("2", "berlin", "LIKES", "alice", None))  # same pair, reversed
-    assert not invalidation.is_candidate(new, fact("3", "alice", "LIKES", "pizza", None))
-    assert not invalidation.is_candidate(new, fact("4", "bob", "LIVES_IN", "rome", None))
+    assert invalidation.may_concern(new, fact("1", "alice", "LIVES_IN", "paris", None))
+    assert invalidation.may_concern(new, fact("2", "berlin", "LIKES", "alice", None))  # same pair, reversed
+    assert not invalidation.may_concern(new, fact("3", "alice", "LIKES", "pizza", None))
+    assert invalidation.may_concern(new, fact("3", "alice", "LIKES", "pizza", None), similar=True)
+    assert not invalidation.may_concern(new, fact("4", "bob", "LIVES_IN", "rome", None))
+    assert not invalidation.may_concern(new, fact("5", "alice", "LIVES_IN", "rome", day(2010), day(2012)))
+    superseded = settled(
+        fact("6", "alice", "LIVES_IN", "oslo", day(2020)), fact("7", "alice", "LIVES_IN", "x", day(2021))
+    )
+    assert invalidation.may_concern(new, superseded["6"])  # superseded, but its own interval is open
 
 
 # -- resolution -------------------------------------------------------------------------------------------------

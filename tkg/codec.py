@@ -238,7 +238,17 @@ def decode_columns(
     columns: list[list[Any]] = []
     time_columns: dict[str, npt.NDArray[np.int64]] = {}
     vec_at = np.frombuffer(payload["vec_at"], dtype="<i8")
+    defaults = {f.name: f for f in dataclasses.fields(cls)}
     for name, code in field_codes(cls):
+        if name not in raw and code != "vec":  # a field added after the file was written: its default
+            field = defaults[name]
+            if field.default is not dataclasses.MISSING:
+                columns.append([field.default] * n)
+            elif field.default_factory is not dataclasses.MISSING:
+                columns.append([field.default_factory() for _ in range(n)])
+            else:
+                raise ValueError(f"column {name} is missing")
+            continue
         if code == "vec":
             values: list[Any] = [None] * n
             if len(vec_at):

@@ -45,6 +45,10 @@ class MemoryConfig:
     resolution: ResolutionRules = field(default_factory=ResolutionRules)
     #: Existing facts per new fact shown to the LLM when deciding duplicates and contradictions.
     max_fact_candidates: int = 6
+    #: Of those, facts under another relation that share an endpoint and whose sentence is close (cosine at least
+    #: ``related_min_similarity``), so that "Ann MOVED_TO Berlin" meets "Ann LIVES_IN Paris" (0: off).
+    related_fact_candidates: int = 2
+    related_min_similarity: float = 0.3
     #: Entity summaries keep their newest sentences within this many characters.
     max_summary_chars: int = 600
     #: The community tier: new entities join their neighbours' community as episodes arrive, and the refresh
@@ -67,3 +71,7 @@ class MemoryConfig:
                 raise ConfigurationError(f"MemoryConfig.{name} must be at least 1")
         if self.context_episodes < 0:
             raise ConfigurationError("MemoryConfig.context_episodes must be >= 0")
+        if self.related_fact_candidates < 0:
+            raise ConfigurationError("MemoryConfig.related_fact_candidates must be >= 0")
+        if not -1.0 <= self.related_min_similarity <= 1.0:
+            raise ConfigurationError("MemoryConfig.related_min_similarity must be within [-1, 1]")

@@ -14,9 +14,9 @@ Two phases, so an episode costs at most one LLM call beyond extraction:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from tkg import invalidation
 from tkg.drafts import Draft, DraftEntity
 from tkg.llm.prompts import AmbiguousName, OpenFact, candidate_numbers
 from tkg.llm.schema import Resolution
-from tkg.models import Entity, Episode, Fact, Kind, Mention, Vector, new_id
+from tkg.models import Entity, Episode, Fact, Kind, Mention, Vector, Verdict, new_id
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.profiles import MAX_SUMMARY_CHARS, absorb
@@ -39,6 +39,11 @@ class PlanSettings:
     rules: ResolutionRules = field(default_factory=ResolutionRules)
     #: Candidate facts per new fact shown to the LLM (the closest by sentence embedding, same pair first).
     max_fact_candidates: int = 6
+    #: Facts under another relation that share an endpoint and say something close (sentence cosine at least
+    #: ``related_min_similarity``) added to a new fact's candidates ("Ann MOVED_TO Berlin" meets "Ann LIVES_IN
+    #: Paris"): at most this many per new fact, inside ``max_fact_candidates``.
+    related_candidates: int = 2
+    related_min_similarity: float = 0.3
     #: Entities fetched by each of cosine and BM25 when looking for resolution candidates.
     entity_candidates: int = 8
     max_summary_chars: int = MAX_SUMMARY_CHARS
@@ -69,6 +74,8 @@ class Questions:
     facts: list[OpenFact] = field(default_factory=list)
     #: Draft fact index of each open fact (same order as ``facts``).
     fact_index: list[int] = field(default_factory=list)
+    #: Verdicts a draft fact (by index) inherits from the statement it restates, without asking.
+    inherited: dict[int, dict[str, Verdict]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.names or self.facts)
@@ -94,6 +101,9 @@ class EpisodePlanner:
         self._scope = make_scope(now, [self.group], include_invalidated=True)
         self._verdicts: dict[str, tuple[str | None, tuple[Entity, ...], str]] = {}
         self._facts_of: dict[str, list[Fact]] = {}
+        self._times: dict[str, datetime] = {}
+        #: Each fact shown to the LLM -> every fact of its statement (the verdict applies to all of them).
+        self.members: dict[str, list[str]] = {}
 
     # -- phase 1 --------------------------------------------------------------------------------------------
     def questions(self, draft: Draft) -> Questions:
@@ -104,23 +114,87 @@ class EpisodePlanner:
                 out.names.append(AmbiguousName(entity.name, entity.label, entity.summary, maybe))
         for index, item in enumerate(draft.facts):
             ends = [self._possible_ids(item.source), self._possible_ids(item.target)]
-            pool = self._pool([i for ids in ends for i in ids if i])
             sources = {i for i in ends[0] if i}
             targets = {i for i in ends[1] if i}
-            candidates = [old for old in pool if _may_concern(old, sources, targets, item.relation)]
-            if not candidates:
-                continue
-            key = self._text_key(item.sentence, item.relation)
-            if any(self._verbatim_key(old) == key for old in candidates):
-                continue  # a verbatim repeat: decided without the LLM
-            single = self.settings.ontology.single_valued(item.relation)
-            undecided = [old for old in candidates if not (single and old.relation == item.relation)]
-            if not undecided:
-                continue  # single-valued relation: decided by the ontology
             probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
-            out.facts.append(OpenFact(probe, item.source, item.target, self._closest(item.sentence, undecided)))
-            out.fact_index.append(index)
+            undecided, inherited = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1)
+            if inherited:
+                out.inherited[index] = inherited
+            if undecided:
+                out.facts.append(OpenFact(probe, item.source, item.target, undecided))
+                out.fact_index.append(index)
         return out
+
+    def _undecided(
+        self, probe: Fact, sources: set[str], targets: set[str], resolved: bool
+    ) -> tuple[list[Fact], dict[str, Verdict]]:
+        """The facts the LLM must judge against a new one (``probe``, whose ends may be any of ``sources`` x
+        ``targets``): those that may concern it (superseded ones included) and that neither the sentence nor the
+        ontology decides, the closest first, bounded; and the verdicts the new fact inherits instead of asking.
+
+        A verbatim restatement inherits what is known of the statement it repeats: the verdicts given on its
+        earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
+        episode said both). They are copied onto the new fact, so that they hold even once the restatement they
+        came from is removed: exactly what a consistent LLM, asked again, would say."""
+        pool = self._pool(sorted(sources | targets))
+        single = self.settings.ontology.single_valued(probe.relation)
+        related = self._related(probe, pool)
+        key = invalidation.text_key(probe.fact)
+        mates = [
+            f
+            for f in pool
+            if resolved
+            and f.source_id in sources
+            and f.target_id in targets
+            and f.relation == probe.relation
+            and invalidation.text_key(f.fact) == key
+        ]
+        together = {e for m in mates for e in m.episodes}
+        inherited: dict[str, Verdict] = {}
+        open_: list[Fact] = []
+        for old in pool:
+            if not _may_concern(old, sources, targets, probe.relation, old.id in related):
+                continue
+            if not invalidation.overlaps_as_stated(probe, old) or old in mates:
+                continue
+            if single and old.relation == probe.relation:
+                continue  # a single-valued relation: the ontology decides
+            carried = [v for m in mates if (v := invalidation.verdict_between(m, old)) is not None]
+            if carried:
+                inherited[old.id] = min(carried, key=_STRENGTH.index)
+            elif together.intersection(old.episodes):
+                inherited[old.id] = Verdict.COMPATIBLE
+            else:
+                open_.append(old)
+        # One question per statement (restatements share the verdict), the closest statements first.
+        statements: dict[tuple[str, ...], list[Fact]] = {}
+        for old in open_:
+            statements.setdefault(invalidation.statement_key(old), []).append(old)
+        shown = self._closest(probe.fact, [min(m, key=_representative) for m in statements.values()])
+        self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
+        return shown, inherited
+
+    def _related(self, probe: Fact, pool: Sequence[Fact]) -> set[str]:
+        """Facts under another relation that share an endpoint with the new fact (``pool``) and say something
+        close (sentence embeddings): "Ann LIVES_IN Paris" for "Ann MOVED_TO Berlin". At most
+        ``related_candidates``."""
+        limit = self.settings.related_candidates
+        vector = self.vectors.get(probe.fact)
+        if limit <= 0 or vector is None:
+            return set()
+        others = [f for f in pool if f.relation != probe.relation and f.embedding is not None]
+        if not others:
+            return set()
+        scores = np.stack([f.embedding for f in others]) @ vector  # type: ignore[misc]
+        # Counted by statement, not by fact: restatements of one statement share one verdict.
+        best: dict[tuple[str, ...], float] = {}
+        members: dict[tuple[str, ...], list[str]] = {}
+        for fact, score in zip(others, scores.tolist(), strict=True):
+            key = invalidation.statement_key(fact)
+            best[key] = max(best.get(key, -2.0), score)
+            members.setdefault(key, []).append(fact.id)
+        ranked = sorted(best, key=lambda k: (-best[k], k))[:limit]
+        return {fid for key in ranked if best[key] >= self.settings.related_min_similarity for fid in members[key]}
 
     def _possible_ids(self, name: str) -> list[str | None]:
         match, candidates, _ = self._verdict(name)
@@ -167,14 +241,14 @@ class EpisodePlanner:
         return result
 
     def _pool(self, entity_ids: Sequence[str]) -> list[Fact]:
-        """Live facts touching these entities, from the store (cached per episode)."""
+        """Every fact touching these entities, superseded ones included, from the store (cached per episode)."""
         missing = [i for i in entity_ids if i not in self._facts_of]
         if missing:
             for i in missing:
                 self._facts_of[i] = []
             for fact in self.store.facts_of(missing):
                 for end in {fact.source_id, fact.target_id}:
-                    if end in self._facts_of and fact.expired_at is None:
+                    if end in self._facts_of:
                         self._facts_of[end].append(fact)
         seen: dict[str, Fact] = {}
         for i in entity_ids:
@@ -186,25 +260,19 @@ class EpisodePlanner:
         vector = self.vectors.get(sentence)
         limit = self.settings.max_fact_candidates
 
-        def score(fact: Fact) -> float:
-            if vector is None or fact.embedding is None:
-                return 0.0
-            return float(np.einsum("i,i->", vector, fact.embedding))
+        def score(fact: Fact) -> tuple[float, tuple[str, ...]]:
+            closeness = 0.0
+            if vector is not None and fact.embedding is not None:
+                closeness = float(np.einsum("i,i->", vector, fact.embedding))
+            return (-closeness, invalidation.statement_key(fact))  # ties by content, never by arrival
 
-        return sorted(candidates, key=lambda f: -score(f))[:limit]
-
-    @staticmethod
-    def _text_key(sentence: str, relation: str) -> tuple[str, str]:
-        return (" ".join(sentence.casefold().split()).rstrip("."), relation)
-
-    def _verbatim_key(self, fact: Fact) -> tuple[str, str]:
-        return self._text_key(fact.fact, fact.relation)
+        return sorted(candidates, key=score)[:limit]
 
     # -- phase 2 --------------------------------------------------------------------------------------------
     def build(self, draft: Draft, questions: Questions | None = None, answer: Resolution | None = None) -> GraphPlan:
         """The plan for ``draft``, applying ``answer`` (the LLM's reply to ``questions``) where it is valid."""
         plan = GraphPlan(warnings=list(draft.warnings))
-        questions = questions or Questions()
+        questions = questions if questions is not None else Questions()
         same_as = self._entity_answers(questions, answer, plan)
         ids: dict[str, str] = {}
         for entity in draft.entities:
@@ -227,7 +295,7 @@ class EpisodePlanner:
                 episodes=(self.episode.id,),
                 attributes=attributes,
             )
-            self._settle(new, fact_answers.get(index), plan)
+            self._settle(new, {**questions.inherited.get(index, {}), **fact_answers.get(index, {})}, plan)
         return plan
 
     def _typed(
@@ -269,21 +337,31 @@ class EpisodePlanner:
 
     def _fact_answers(
         self, questions: Questions, answer: Resolution | None, plan: GraphPlan
-    ) -> dict[int, tuple[str | None, list[str]]]:
-        out: dict[int, tuple[str | None, list[str]]] = {}
+    ) -> dict[int, dict[str, Verdict]]:
+        """The LLM's verdict on every candidate each open fact was shown with (``compatible`` for those it named
+        neither a duplicate nor contradicted), by draft fact index."""
+        out: dict[int, dict[str, Verdict]] = {}
         if answer is None:
             return out
         numbers = candidate_numbers([item.candidates for item in questions.facts])
-        for decision in answer.facts:
-            if not 1 <= decision.new <= len(questions.facts):
-                continue
-            allowed = {c.id for c in questions.facts[decision.new - 1].candidates}
-            picked = [numbers.get(n) for n in [decision.duplicate_of, *decision.contradicts] if n is not None]
-            if any(p is None or p not in allowed for p in picked):
-                plan.warnings.append(f"the LLM named facts outside F{decision.new}'s candidates; those were ignored")
-            duplicate = numbers.get(decision.duplicate_of) if decision.duplicate_of is not None else None
-            contradicted = [numbers[n] for n in decision.contradicts if numbers.get(n) in allowed]
-            out[questions.fact_index[decision.new - 1]] = (duplicate if duplicate in allowed else None, contradicted)
+        decisions = {d.new: d for d in answer.facts if 1 <= d.new <= len(questions.facts)}
+        for number, item in enumerate(questions.facts, start=1):
+            allowed = {c.id for c in item.candidates}
+            shown: dict[str, Verdict] = dict.fromkeys(sorted(allowed), Verdict.COMPATIBLE)
+            decision = decisions.get(number)
+            if decision is not None:
+                picked = [numbers.get(n) for n in [decision.duplicate_of, *decision.contradicts] if n is not None]
+                if any(p is None or p not in allowed for p in picked):
+                    plan.warnings.append(f"the LLM named facts outside F{number}'s candidates; those were ignored")
+                for n in decision.contradicts:
+                    if numbers.get(n) in allowed:
+                        shown[numbers[n]] = Verdict.CONTRADICTS
+                duplicate = numbers.get(decision.duplicate_of) if decision.duplicate_of is not None else None
+                if duplicate in allowed:
+                    shown[duplicate] = Verdict.SAME  # type: ignore[index]
+            out[questions.fact_index[number - 1]] = {
+                member: verdict for fid, verdict in shown.items() for member in self.members.get(fid, [fid])
+            }
         return out
 
     def _place(self, entity: DraftEntity, same_as: Mapping[str, str], plan: GraphPlan) -> str:
@@ -328,70 +406,125 @@ class EpisodePlanner:
         plan.entities[current.id] = updated
         return current.id
 
-    def _settle(self, new: Fact, llm: tuple[str | None, list[str]] | None, plan: GraphPlan) -> None:
+    def _settle(self, new: Fact, verdicts: dict[str, Verdict] | None, plan: GraphPlan) -> None:
+        """Add ``new`` to the plan with the LLM's ``verdicts`` on its candidates, and settle the history of every
+        fact linked to it (:func:`tkg.invalidation.history`): a verbatim repeat with the same interval only adds
+        provenance; anything else is a fact of its own, which may restate, supersede or be superseded."""
         pool = {f.id: plan.facts.get(f.id, f) for f in self._pool([new.source_id, new.target_id])}
+        ends = (new.source_id, new.target_id)
         for fact in plan.facts.values():
-            if fact.source_id in (new.source_id, new.target_id) or fact.target_id in (new.source_id, new.target_id):
+            if fact.source_id in ends or fact.target_id in ends:
                 pool[fact.id] = fact
-        candidates = [f for f in pool.values() if invalidation.is_candidate(new, f)]
-        key = self._text_key(new.fact, new.relation)
-        duplicate = next(
+        key = invalidation.text_key(new.fact)
+        repeat = next(
             (
                 f
-                for f in candidates
-                if f.source_id == new.source_id and f.target_id == new.target_id and self._verbatim_key(f) == key
+                for f in pool.values()
+                if (f.source_id, f.target_id, f.relation) == (new.source_id, new.target_id, new.relation)
+                and invalidation.text_key(f.fact) == key
+                and f.valid_at == new.valid_at
+                and invalidation.own_end(f) == new.invalid_at
             ),
             None,
         )
-        reason = "fact_verbatim"
-        if duplicate is None and llm is not None and llm[0] is not None:
-            duplicate = next((f for f in candidates if f.id == llm[0] and invalidation.same_pair(new, f)), None)
-            reason = "fact_llm_duplicate"
-        single = self.settings.ontology.single_valued(new.relation)
-        if duplicate is None and single:
-            duplicate = next(
-                (
-                    f
-                    for f in candidates
-                    if f.source_id == new.source_id and f.target_id == new.target_id and f.relation == new.relation
-                ),
-                None,
-            )
-            reason = "fact_single_valued_duplicate"
-        if duplicate is not None:
-            plan.count(reason)
-            if self.episode.id not in duplicate.episodes:
-                duplicate = dataclasses.replace(duplicate, episodes=(*duplicate.episodes, self.episode.id))
-            plan.facts[duplicate.id] = duplicate
-            return
-        contradicted: dict[str, Fact] = {}
-        if llm is not None:
-            for fid in llm[1]:
-                found = next((f for f in candidates if f.id == fid), None)
-                if found is not None:
-                    contradicted[fid] = found
-        if single:
-            for f in candidates:
-                if invalidation.single_valued_conflict(new, f):
-                    contradicted[f.id] = f
-        for old in sorted(contradicted.values(), key=lambda f: (f.valid_at is not None, f.valid_at or self.now)):
-            new, changed = invalidation.settle(new, old, self.now)
-            if changed is not old:
+        if repeat is not None:
+            # Only provenance changes; but the time the statement was first made may now be earlier, which can
+            # change the order of facts that start at the same instant: settled again below.
+            plan.count("fact_verbatim")
+            if self.episode.id not in repeat.episodes:
+                repeat = dataclasses.replace(repeat, episodes=(*repeat.episodes, self.episode.id))
+            plan.facts[repeat.id] = repeat
+            new = pool[repeat.id] = repeat
+        else:
+            if verdicts:
+                new = dataclasses.replace(new, verdicts=verdicts)
+                plan.count("fact_llm_duplicate", sum(v is Verdict.SAME for v in verdicts.values()))
+                plan.count("fact_llm_contradiction", sum(v is Verdict.CONTRADICTS for v in verdicts.values()))
+            plan.count("fact_new")
+            plan.facts[new.id] = new
+            plan.fresh_facts.append(new.id)
+            pool[new.id] = new
+        single = self.settings.ontology.single_valued
+        linked = invalidation.component([new.id], list(pool.values()), single)
+        settled = invalidation.history(linked, self._stated(linked, plan), single, self.now)
+        for fact_id, fact in settled.items():
+            before = pool[fact_id]
+            if fact == before:
+                continue
+            if fact_id == new.id:
+                if fact.invalidated_by is not None:
+                    restated = invalidation.same_statement(fact, pool[fact.invalidated_by], single) or (
+                        invalidation.verdict_between(fact, pool[fact.invalidated_by]) is Verdict.SAME
+                    )
+                    plan.count("fact_restated" if restated else "arrived_invalidated")
+            elif fact.invalidated_by is not None and fact.invalidated_by != before.invalidated_by:
                 plan.count("invalidated")
-                plan.facts[changed.id] = changed
-        if new.expired_at is not None:
-            plan.count("arrived_invalidated")
-        plan.count("fact_new")
-        plan.facts[new.id] = new
-        plan.fresh_facts.append(new.id)
+            elif fact.invalidated_by is None and before.invalidated_by is not None:
+                plan.count("restored")
+            plan.facts[fact_id] = fact
+
+    def _stated(self, facts: Sequence[Fact], plan: GraphPlan) -> dict[str, datetime]:
+        self._times[self.episode.id] = self.episode.reference_time
+        return stated_times(self.store, facts, self._times, self.now)
 
 
-def _may_concern(old: Fact, sources: set[str], targets: set[str], relation: str) -> bool:
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+#: Verdicts from strongest to weakest, when restatements of one statement were judged differently.
+_STRENGTH = (Verdict.CONTRADICTS, Verdict.SAME, Verdict.COMPATIBLE)
+
+
+def _representative(fact: Fact) -> tuple[object, ...]:
+    """Which restatement of a statement is shown to the LLM: the earliest, by content only."""
+    end = invalidation.own_end(fact)
+    return (fact.valid_at is not None, fact.valid_at or _EARLIEST, end is None, end or _EARLIEST)
+
+
+def stated_times(
+    store: Store, facts: Sequence[Fact], cache: dict[str, datetime], default: datetime
+) -> dict[str, datetime]:
+    """When each fact was stated: the earliest reference time of its episodes (``cache`` holds the episodes'
+    times already known, and is extended)."""
+    wanted = sorted({e for f in facts for e in f.episodes if e not in cache})
+    if wanted:
+        for record in store.get(Kind.EPISODE, wanted):
+            if isinstance(record, Episode):
+                cache[record.id] = record.reference_time
+    return {f.id: min((cache[e] for e in f.episodes if e in cache), default=default) for f in facts}
+
+
+def linked_facts(
+    store: Store,
+    seeds: Sequence[Fact],
+    overrides: Mapping[str, Fact],
+    gone: Collection[str],
+    single_valued: Callable[[str], bool],
+    max_entities: int = 256,
+) -> list[Fact]:
+    """Every fact linked to ``seeds`` through statements or contradictions (:func:`tkg.invalidation.component`),
+    read from the store with ``overrides`` applied and ``gone`` left out, following links to other entities'
+    facts (up to ``max_entities`` entities: a bound for hub entities, past which far links are not followed)."""
+    ends = {e for f in seeds for e in (f.source_id, f.target_id)}
+    loaded: set[str] = set()
+    facts: dict[str, Fact] = {f.id: f for f in seeds}
+    while ends - loaded and len(loaded) < max_entities:
+        batch = sorted(ends - loaded)[: max_entities - len(loaded)]
+        loaded.update(batch)
+        for fact in store.facts_of(batch):
+            if fact.id not in gone:
+                facts.setdefault(fact.id, overrides.get(fact.id, fact))
+        for fact in overrides.values():
+            if fact.id not in gone and {fact.source_id, fact.target_id} & loaded:
+                facts[fact.id] = fact
+        found = invalidation.component([f.id for f in seeds], list(facts.values()), single_valued)
+        ends |= {e for f in found for e in (f.source_id, f.target_id)}
+    return invalidation.component([f.id for f in seeds], list(facts.values()), single_valued)
+
+
+def _may_concern(old: Fact, sources: set[str], targets: set[str], relation: str, similar: bool) -> bool:
     """Could ``old`` be a candidate of a new fact whose ends are among ``sources`` x ``targets`` (the possible
-    resolutions of two names)? The rule of :func:`tkg.invalidation.is_candidate`, over every combination."""
-    if old.expired_at is not None:
-        return False
+    resolutions of two names)? The rule of :func:`tkg.invalidation.may_concern` (time aside), over every
+    combination; ``similar``: the two sentences are close, so another relation counts too."""
     ends = {old.source_id, old.target_id}
-    if old.relation == relation and ends & (sources | targets):
+    if (old.relation == relation or similar) and ends & (sources | targets):
         return True
     return any(ends == {s, t} for s in sources & ends for t in targets & ends)

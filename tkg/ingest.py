@@ -20,18 +20,31 @@ from tkg.community_tier import CommunityTier
 from tkg.config import MemoryConfig
 from tkg.drafts import Draft, from_extraction, name_grams, speaker_of, time_mentions
 from tkg.embedders.base import Embedder, check_vectors
-from tkg.errors import ExtractionFailedError, LLMError, NotFoundError, ValidationError
-from tkg.extraction import EpisodePlanner, GraphPlan, PlanSettings, Questions
+from tkg.errors import ExtractionFailedError, LLMError, NotFoundError, TkgError, ValidationError
+from tkg.extraction import EpisodePlanner, GraphPlan, PlanSettings, Questions, linked_facts, stated_times
 from tkg.llm.base import LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.prompts import extraction_prompt, reflection_prompt, resolution_prompt
 from tkg.llm.schema import GraphExtraction, Resolution
 from tkg.locks import MemoryLocks
-from tkg.models import Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Record, Vector
+from tkg.models import (
+    Entity,
+    Episode,
+    EpisodeSource,
+    EpisodeStatus,
+    Fact,
+    Kind,
+    Record,
+    Vector,
+    check_relation,
+    check_storable,
+    check_text,
+)
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.profiles import fold
 from tkg.storage import Store, WriteBatch
+from tkg.timeutil import to_utc
 
 #: Stored episodes an ingestion may write over: a failed one (a new add replaces it), and for a run that extracts
 #: a stored episode (a retry, or one taken from the queue) also its own queued record.
@@ -96,6 +109,8 @@ class Ingestor:
             ontology=ontology,
             rules=config.resolution,
             max_fact_candidates=config.max_fact_candidates,
+            related_candidates=config.related_fact_candidates,
+            related_min_similarity=config.related_min_similarity,
             max_summary_chars=config.max_summary_chars,
         )
 
@@ -182,14 +197,12 @@ class Ingestor:
             if extract:
                 if extraction is None:
                     extraction = self.extract(episode, self.previous(episode), usage)
-                draft = from_extraction(
-                    extraction, speaker, episode.reference_time, self.config.date_languages, self.ontology
-                )
+                draft = self._draft_of(extraction, episode, speaker)
                 status = EpisodeStatus.EXTRACTED
             else:
                 draft = self._linked_draft(episode, speaker)
                 status = EpisodeStatus.STORED
-                times = time_mentions(episode.content, episode.reference_time, self.config.date_languages)
+                times = time_mentions(episode.content, episode.local_reference, self.config.date_languages)
                 if times and episode.source is not EpisodeSource.JSON:
                     episode = dataclasses.replace(episode, attributes={**episode.attributes, "times": times})
             episode = dataclasses.replace(episode, status=status, error="")
@@ -204,6 +217,32 @@ class Ingestor:
                 "call Memory.retry() once the LLM is back.",
                 episode_id=episode.id,
             ) from exc
+
+    def _draft_of(self, extraction: GraphExtraction, episode: Episode, speaker: str | None) -> Draft:
+        """The draft of an LLM's extraction. An answer tkg cannot store (a date out of range or not a date, a NUL
+        character or a lone surrogate in a name or sentence, a malformed relation) is the LLM's failure, not the
+        caller's: it raises :class:`LLMError`, and the episode is stored as failed for a retry."""
+        try:
+            draft = from_extraction(
+                extraction, speaker, episode.local_reference, self.config.date_languages, self.ontology
+            )
+            for entity in draft.entities:
+                check_text(entity.name, "an entity name")
+                check_text(entity.label, "an entity label")
+                check_text(entity.summary, "an entity summary")
+                check_storable(entity.attributes, "an entity's attributes")
+            for fact in draft.facts:
+                check_text(fact.sentence, "a fact sentence")
+                check_relation(fact.relation)
+                for when in (fact.valid_at, fact.invalid_at):
+                    if when is not None:
+                        to_utc(when, "a fact's date")
+                check_storable(fact.attributes, "a fact's attributes")
+        except LLMError:
+            raise
+        except (TkgError, ValueError, TypeError, OverflowError) as exc:
+            raise LLMError(f"the LLM's answer cannot be stored: {exc}", retryable=False) from None
+        return draft
 
     def apply_structured(self, episode: Episode, draft: Draft, now: datetime) -> EpisodeResult:
         """Write a draft built from structured input (no LLM): deterministic resolution only."""
@@ -352,33 +391,50 @@ class Ingestor:
         with self.group_lock(episode.group_id), self.locks.write():
             return self._remove(episode, now)
 
-    def _resettle(
-        self, restored: list[str], puts: dict[tuple[Kind, str], Record], gone: set[str], now: datetime
+    def _settle_without(
+        self,
+        episode: Episode,
+        gone: dict[str, Fact],
+        puts: dict[tuple[Kind, str], Record],
+        result: RemovalResult,
+        now: datetime,
     ) -> None:
-        """A restored fact of a single-valued relation may now overlap a live fact that arrived after it was
-        superseded; settle each such pair by the usual rules, the later-recorded fact acting as the new one."""
-        for fact_id in restored:
-            fact = puts[(Kind.FACT, fact_id)]
-            assert isinstance(fact, Fact)
-            if not self.ontology.single_valued(fact.relation):
-                continue
-            others = [puts.get((Kind.FACT, f.id), f) for f in self.store.facts_of([fact.source_id])]
-            for other in sorted(others, key=lambda f: f.created_at):
-                assert isinstance(other, Fact)
-                mine = puts[(Kind.FACT, fact_id)]
-                assert isinstance(mine, Fact)
-                if (
-                    other.id in gone
-                    or not invalidation.single_valued_conflict(mine, other)
-                    or mine.expired_at is not None
-                ):
-                    continue
-                if other.created_at >= mine.created_at:
-                    other, mine = invalidation.settle(other, mine, now)
-                else:
-                    mine, other = invalidation.settle(mine, other, now)
-                puts[(Kind.FACT, mine.id)] = mine
-                puts[(Kind.FACT, other.id)] = other
+        """Settle again the history of every fact linked to what the episode took away (its facts, and its share
+        of others' provenance), as if it had never been added: the verdicts the LLM gave are kept on the facts,
+        so nothing is asked again."""
+        changed = [f for f in puts.values() if isinstance(f, Fact)]
+        if not gone and not changed:
+            return
+        single = self.ontology.single_valued
+        overrides = {f.id: f for f in changed}
+        ends = sorted({e for f in [*gone.values(), *changed] for e in (f.source_id, f.target_id)})
+        around = [overrides.get(f.id, f) for f in self.store.facts_of(ends) if f.id not in gone]
+        seeds = [
+            f
+            for f in around
+            if f.id in overrides
+            or f.invalidated_by in gone
+            or gone.keys() & f.verdicts.keys()
+            or any(
+                invalidation.same_statement(f, g, single) or invalidation.single_valued_conflict(f, g, single)
+                for g in gone.values()
+            )
+            or any(g.verdicts.get(f.id) for g in gone.values())
+        ]
+        if not seeds:
+            return
+        linked = linked_facts(self.store, seeds, overrides, gone, single)
+        cache: dict[str, datetime] = {}
+        stated = stated_times(self.store, linked, cache, now)
+        previous = {f.id: f for f in linked}
+        for fact_id, fact in invalidation.history(linked, stated, single, now).items():
+            before = previous[fact_id]
+            if fact != before or fact_id in overrides:
+                puts[(Kind.FACT, fact_id)] = fact
+                if fact.invalidated_by is None and before.invalidated_by is not None:
+                    result.restored_facts.append(fact_id)
+                elif fact_id not in result.updated_facts and fact != before:
+                    result.updated_facts.append(fact_id)
 
     def _remove(self, episode: Episode, now: datetime) -> RemovalResult:
         store = self.store
@@ -395,15 +451,7 @@ class Ingestor:
                 gone[fact.id] = fact
                 deletes.append((Kind.FACT, fact.id))
                 result.deleted_facts.append(fact.id)
-        if gone:
-            ends = sorted({e for f in gone.values() for e in (f.source_id, f.target_id)})
-            for fact in store.facts_of(ends):
-                if fact.invalidated_by in gone and fact.id not in gone:
-                    current = puts.get((Kind.FACT, fact.id), fact)
-                    assert isinstance(current, Fact)
-                    puts[(Kind.FACT, fact.id)] = invalidation.restore(current)
-                    result.restored_facts.append(fact.id)
-            self._resettle(result.restored_facts, puts, set(gone), now)
+        self._settle_without(episode, gone, puts, result, now)
         mentions = store.mentions(episode_ids=[episode.id])
         deletes.extend((Kind.MENTION, m.id) for m in mentions)
         touched = [m.entity_id for m in mentions]

@@ -18,7 +18,7 @@ from tkg.drafts import Draft, add_fact
 from tkg.errors import EpisodeError, TimestampError, ValidationError
 from tkg.models import Episode, EpisodeSource, check_group_id, check_id, check_text, new_id
 from tkg.temporal import resolve_time
-from tkg.timeutil import optional_utc, to_utc
+from tkg.timeutil import optional_utc, to_utc, utc_offset
 
 __all__ = ["EpisodeInput", "FactInput", "make_episode", "resolve_when", "structured_facts"]
 
@@ -142,6 +142,7 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
         content=content,
         source=kind,
         reference_time=to_utc(item.reference_time, "reference_time") if item.reference_time is not None else now,
+        reference_offset=utc_offset(item.reference_time, "reference_time") if item.reference_time is not None else 0,
         created_at=now,
         source_description=item.source_description,
         name=item.name,

@@ -1,27 +1,47 @@
-"""Truth maintenance: which facts may contradict a new one, and what a contradiction does to both timelines.
+"""Truth maintenance: which facts may contradict a new one, and the valid-time history a set of facts implies.
 
 Pure functions over :class:`tkg.models.Fact` values; nothing here reads a store or calls an LLM.
 
-Candidates (:func:`is_candidate`) are never the whole group: only live facts between the same pair of entities
-(either direction), or sharing an endpoint *and* the relation type. The LLM, or an ontology rule for single-valued
-relations, nominates contradictions among them; the dates then decide (:func:`settle`), as in the Zep paper:
+A fact keeps what was said about it: its own interval ``[valid_at, own end)`` (:func:`own_end`: the end the episode
+gave it, kept in ``prior_invalid_at`` while the fact is superseded), the time it was stated (its episodes'
+reference time), and the LLM's verdicts on the older facts it was compared with (``Fact.verdicts``). The history
+of a set of facts is a function of those alone (:func:`history`), never of the order they arrived in, so adding
+facts in any order, or removing one, gives what adding the others alone would have given. The rules:
 
-* the intervals must overlap (``[valid_at, invalid_at)``, missing bounds open), or nothing changes;
-* the fact that starts later in the world wins: the earlier one's ``invalid_at`` becomes the later one's
-  ``valid_at``, and the earlier one's ``expired_at`` is set to the transaction time ("now");
-* a tie in world time goes to the newer information (transaction time): the old fact is closed at that instant;
-* a late-arriving fact about the past that a newer fact already covers is stored already invalidated.
+1. **Same statement.** Two facts state the same thing when they have the same subject, relation and object and
+   the same sentence (case, spacing and final punctuation aside), or the same subject, object and single-valued
+   relation, or the LLM judged one the same as the other (same two entities). A verbatim repeat with the same
+   interval is not a new fact: it adds its episode to the fact's provenance.
+2. **Contradiction.** Two facts contradict when the ontology says so (single-valued relation, same subject, another
+   object) or the LLM judged one to contradict the other. Verdicts carry over within a statement: a fact restating
+   another contradicts what that one contradicts.
+3. **The sweep.** The facts are taken in world-time order: by start (an unknown start is "since forever"), then by
+   the time they were stated (the newer information second), then by sentence, then the longer own end first.
+   A fact whose statement already holds when it starts restates it: it is kept with an empty interval,
+   superseded by the fact it restates. Otherwise it starts to hold, and every holding fact it contradicts ends at
+   its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
+   old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
+   stored already superseded, and it shortens the facts it falls inside, exactly as if it had arrived in order.
+   A fact that starts "since forever" and is superseded by another such fact ends when that one was stated.
+4. **Transaction time.** ``expired_at`` is set when the memory learns that a fact is superseded, kept while that
+   stays so, and cleared if the supersession is undone (its cause removed).
 
-Every invalidation records which fact caused it (``invalidated_by``) and the end the fact had before
-(``prior_invalid_at``), so removing the cause can restore it exactly (:func:`restore`).
+Candidates for the LLM (:func:`may_concern`) are never the whole group: facts sharing the entity pair, or an
+endpoint and the relation, or an endpoint and a similar sentence (chosen by the caller), whose own intervals
+overlap the new fact's -- superseded facts included, so that a late-arriving fact meets the facts it falls inside.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 
-from tkg.models import Fact
+from tkg.models import Fact, Verdict
+
+#: The end given to a restatement whose start is unknown (an empty interval before every real date).
+_NEVER = datetime(1, 1, 2, tzinfo=UTC)
+_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 
 
 def is_live(fact: Fact) -> bool:
@@ -29,37 +49,41 @@ def is_live(fact: Fact) -> bool:
     return fact.expired_at is None
 
 
+def own_end(fact: Fact) -> datetime | None:
+    """The end the fact was given when it was stated (``None``: open), whatever superseded it since."""
+    return fact.prior_invalid_at if fact.invalidated_by is not None else fact.invalid_at
+
+
+def as_stated(fact: Fact) -> Fact:
+    """The fact as it was stated: its own interval, not superseded."""
+    if fact.invalidated_by is None and fact.expired_at is None:
+        return fact
+    return dataclasses.replace(
+        fact, invalid_at=own_end(fact), expired_at=None, invalidated_by=None, prior_invalid_at=None
+    )
+
+
 def same_pair(a: Fact, b: Fact) -> bool:
     return {a.source_id, a.target_id} == {b.source_id, b.target_id}
 
 
-def is_candidate(new: Fact, old: Fact) -> bool:
-    """May ``old`` be a duplicate of, or contradicted by, ``new``? Same pair, or a shared endpoint and relation."""
-    if old.id == new.id or not is_live(old) or old.group_id != new.group_id:
-        return False
-    if same_pair(new, old):
-        return True
-    shares = bool({new.source_id, new.target_id} & {old.source_id, old.target_id})
-    return shares and new.relation == old.relation
-
-
-def single_valued_conflict(new: Fact, old: Fact) -> bool:
-    """For a single-valued relation (one object per subject at a time): same subject and relation, other object."""
-    return (
-        is_live(old)
-        and old.id != new.id
-        and old.source_id == new.source_id
-        and old.relation == new.relation
-        and old.target_id != new.target_id
-    )
+def text_key(sentence: str) -> str:
+    """A sentence compared for verbatim repeats: case and spacing folded, final punctuation dropped."""
+    return " ".join(sentence.casefold().split()).rstrip(".!")
 
 
 def overlaps(a: Fact, b: Fact) -> bool:
-    """Do the two facts' validity intervals ``[valid_at, invalid_at)`` share an instant? Missing bounds are open.
+    """Do the two facts' intervals ``[valid_at, invalid_at)`` share an instant? Missing bounds are open; two facts
+    starting at the same instant overlap even if one of them is empty."""
+    return _overlap(a.valid_at, a.invalid_at, b.valid_at, b.invalid_at)
 
-    Two facts starting at the same instant overlap even if one of them is empty (``valid_at == invalid_at``).
-    """
-    a0, a1, b0, b1 = a.valid_at, a.invalid_at, b.valid_at, b.invalid_at
+
+def overlaps_as_stated(a: Fact, b: Fact) -> bool:
+    """Do the two facts' own intervals (as stated, whatever superseded them) share an instant?"""
+    return _overlap(a.valid_at, own_end(a), b.valid_at, own_end(b))
+
+
+def _overlap(a0: datetime | None, a1: datetime | None, b0: datetime | None, b1: datetime | None) -> bool:
     if a0 is not None and b0 is not None and a0 == b0:
         return True
     if a1 is not None and b0 is not None and a1 <= b0:
@@ -67,47 +91,209 @@ def overlaps(a: Fact, b: Fact) -> bool:
     return not (b1 is not None and a0 is not None and b1 <= a0)
 
 
-def _before(a: datetime | None, b: datetime | None) -> bool:
-    """``a`` strictly earlier than ``b``, with a missing start read as 'since forever'."""
-    if a is None:
-        return b is not None
-    return b is not None and a < b
+def may_concern(new: Fact, old: Fact, *, similar: bool = False) -> bool:
+    """May ``old`` repeat or contradict ``new``? Same group and a shared endpoint, with the same pair, or the same
+    relation, or (``similar``: the caller found their sentences close) any relation; and own intervals that
+    overlap. Whether ``old`` is superseded does not matter."""
+    if old.id == new.id or old.group_id != new.group_id:
+        return False
+    shares = bool({new.source_id, new.target_id} & {old.source_id, old.target_id})
+    related = same_pair(new, old) or (shares and (new.relation == old.relation or similar))
+    return related and overlaps_as_stated(new, old)
 
 
-def supersede(fact: Fact, end: datetime | None, by: Fact, now: datetime) -> Fact:
-    """``fact`` ended at ``end`` because of ``by``, learnt at transaction time ``now``."""
-    if end is None:
-        end = now
+def statement_key(fact: Fact) -> tuple[str, ...]:
+    """What makes two facts verbatim the same statement: their ends, relation and sentence."""
+    return (fact.source_id, fact.target_id, fact.relation, text_key(fact.fact))
+
+
+def same_statement(a: Fact, b: Fact, single_valued: Callable[[str], bool]) -> bool:
+    """The deterministic half of "same statement": verbatim, or one single-valued slot with the same object."""
+    if (a.source_id, a.target_id, a.relation) != (b.source_id, b.target_id, b.relation):
+        return False
+    return single_valued(a.relation) or text_key(a.fact) == text_key(b.fact)
+
+
+def single_valued_conflict(a: Fact, b: Fact, single_valued: Callable[[str], bool]) -> bool:
+    """For a single-valued relation (one object per subject at a time): same subject and relation, other object."""
+    return (
+        a.source_id == b.source_id
+        and a.relation == b.relation
+        and a.target_id != b.target_id
+        and single_valued(a.relation)
+    )
+
+
+def verdict_between(a: Fact, b: Fact) -> Verdict | None:
+    """The LLM's verdict on the pair, whichever of the two holds it (a ``same`` verdict only counts for the same
+    two entities)."""
+    found = a.verdicts.get(b.id) or b.verdicts.get(a.id)
+    if found is not None:
+        found = Verdict(found)
+    if found is Verdict.SAME and not same_pair(a, b):
+        return Verdict.COMPATIBLE
+    return found
+
+
+class _Classes:
+    """Union-find over fact ids: the statements of a set of facts."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self.parent = {i: i for i in ids}
+
+    def find(self, i: str) -> str:
+        root = i
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[i] != root:
+            self.parent[i], i = root, self.parent[i]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> tuple[_Classes, set[tuple[str, str]]]:
+    """The statement of each fact (classes) and the contradicting pairs of statements (roots, both orders)."""
+    classes = _Classes(f.id for f in facts)
+    by_slot: dict[tuple[str, str, str], list[Fact]] = {}
+    for fact in facts:
+        by_slot.setdefault((fact.source_id, fact.relation, fact.target_id), []).append(fact)
+    for group in by_slot.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1 :]:
+                if same_statement(a, b, single_valued):
+                    classes.union(a.id, b.id)
+    pairs: list[tuple[str, str]] = []
+    known = {f.id: f for f in facts}
+    for fact in facts:
+        for other_id in fact.verdicts:
+            other = known.get(other_id)
+            if other is None:
+                continue
+            found = verdict_between(fact, other)
+            if found is Verdict.SAME:
+                classes.union(fact.id, other_id)
+            elif found is Verdict.CONTRADICTS:
+                pairs.append((fact.id, other_id))
+    by_subject: dict[tuple[str, str], list[Fact]] = {}
+    for fact in facts:
+        if single_valued(fact.relation):
+            by_subject.setdefault((fact.source_id, fact.relation), []).append(fact)
+    for group in by_subject.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1 :]:
+                if a.target_id != b.target_id:
+                    pairs.append((a.id, b.id))
+    conflicts: set[tuple[str, str]] = set()
+    for first, second in pairs:
+        ra, rb = classes.find(first), classes.find(second)
+        if ra != rb:  # a fact never contradicts its own statement, whatever an LLM said
+            conflicts.add((ra, rb))
+            conflicts.add((rb, ra))
+    return classes, conflicts
+
+
+def history(
+    facts: Sequence[Fact],
+    stated: Mapping[str, datetime],
+    single_valued: Callable[[str], bool],
+    now: datetime,
+) -> dict[str, Fact]:
+    """The valid-time history of ``facts`` by the rules above: every fact, superseded or not, as it must now be
+    stored. ``stated`` maps each fact id to the time it was stated (the reference time of its earliest episode);
+    ``now`` is the transaction time of any change. ``facts`` must hold every fact linked to another by a statement
+    or a contradiction (a component); facts outside it are not consulted."""
+    plain = {f.id: as_stated(f) for f in facts}
+    classes, conflicts = statements(list(plain.values()), single_valued)
+    order = sorted(plain.values(), key=lambda f: _sweep_key(f, stated))
+    result: dict[str, Fact] = {}
+    holding: list[str] = []
+    for fact in order:
+        start = fact.valid_at
+        holding = [h for h in holding if _holds_at(result[h], start)]
+        statement = classes.find(fact.id)
+        restated = next((h for h in holding if classes.find(h) == statement), None)
+        if restated is not None:
+            result[fact.id] = _superseded(fact, start if start is not None else _NEVER, result[restated])
+            continue
+        ended = start if start is not None else stated.get(fact.id, _NEVER)
+        for h in list(holding):
+            if (classes.find(h), statement) in conflicts:
+                result[h] = _superseded(result[h], ended, fact)
+                holding.remove(h)
+        holding.append(fact.id)
+        result[fact.id] = fact
+    given = {f.id: f for f in facts}
+    return {fid: _stamped(fact, given[fid], now) for fid, fact in result.items()}
+
+
+def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
+    """World-time order: start (unknown first), time stated, sentence, relation, and the longer own end first
+    (a fact that holds longer is not restated by one that ends at once); the id only between true twins."""
+    end = own_end(fact)
+    longest = (0, 0.0) if end is None else (1, -(end - _BEFORE_ALL).total_seconds())
+    return (
+        fact.valid_at or _BEFORE_ALL,
+        stated.get(fact.id, _BEFORE_ALL),
+        text_key(fact.fact),
+        fact.relation,
+        longest,
+        fact.id,
+    )
+
+
+def _holds_at(fact: Fact, start: datetime | None) -> bool:
+    """Does ``fact`` (not superseded yet) still hold at ``start`` (``None``: since forever)? A fact that starts at
+    the same instant counts, even an empty one (as in :func:`overlaps`)."""
+    end = fact.invalid_at
+    return end is None or start is None or end > start or fact.valid_at == start
+
+
+def _superseded(fact: Fact, end: datetime, by: Fact) -> Fact:
     if fact.valid_at is not None and end < fact.valid_at:
         end = fact.valid_at
     return dataclasses.replace(
-        fact,
-        invalid_at=end,
-        expired_at=max(now, fact.created_at),
-        invalidated_by=by.id,
-        prior_invalid_at=fact.invalid_at,
+        fact, invalid_at=end, invalidated_by=by.id, prior_invalid_at=fact.invalid_at, expired_at=fact.created_at
     )
 
 
-def settle(new: Fact, old: Fact, now: datetime) -> tuple[Fact, Fact]:
-    """Apply a contradiction between ``new`` (being added) and ``old`` (already believed); returns both, changed
-    where the rules above say so. Non-overlapping facts come back unchanged."""
-    if not is_live(old) or not overlaps(new, old):
-        return new, old
-    if _before(new.valid_at, old.valid_at):
-        # A late-arriving fact about the past: the newer fact covers it from its start on.
-        if is_live(new):
-            return supersede(new, old.valid_at, old, now), old
-        if new.invalid_at is not None and old.valid_at is not None and old.valid_at < new.invalid_at:
-            return dataclasses.replace(new, invalid_at=old.valid_at), old
-        return new, old
-    return new, supersede(old, new.valid_at, new, now)
+def _stamped(new: Fact, old: Fact, now: datetime) -> Fact:
+    """``new`` with its transaction time: a supersession the store already records keeps its ``expired_at``; a
+    new one is learnt ``now``; a fact no longer superseded has none."""
+    if new.invalidated_by is None:
+        return dataclasses.replace(new, expired_at=None) if new.expired_at is not None else new
+    same = old.invalidated_by == new.invalidated_by and old.invalid_at == new.invalid_at and old.expired_at is not None
+    expired = old.expired_at if same else max(now, new.created_at)
+    return dataclasses.replace(new, expired_at=expired)
 
 
-def restore(fact: Fact) -> Fact:
-    """Undo a supersession (its cause was removed): the fact's own end comes back and it is live again."""
-    if fact.invalidated_by is None:
-        return fact
-    return dataclasses.replace(
-        fact, invalid_at=fact.prior_invalid_at, expired_at=None, invalidated_by=None, prior_invalid_at=None
-    )
+def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> list[Fact]:
+    """The facts of ``facts`` linked to the ``seeds`` through statements or contradictions (transitively)."""
+    by_id = {f.id: f for f in facts}
+    links: dict[str, set[str]] = {f.id: set() for f in facts}
+    by_slot: dict[tuple[str, ...], list[str]] = {}
+    for fact in facts:
+        for other, verdict in fact.verdicts.items():
+            if other in links and Verdict(verdict) is not Verdict.COMPATIBLE:
+                links[fact.id].add(other)
+                links[other].add(fact.id)
+        if single_valued(fact.relation):  # one slot: every object contradicts every other
+            slot: tuple[str, ...] = (fact.source_id, fact.relation)
+        else:
+            slot = (fact.source_id, fact.relation, fact.target_id, text_key(fact.fact))
+        by_slot.setdefault(slot, []).append(fact.id)
+    for members in by_slot.values():
+        for fid in members:
+            links[fid].update(members)
+    seen: set[str] = set()
+    queue = [s for s in seeds if s in by_id]
+    while queue:
+        current = queue.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        queue.extend(links[current] - seen)
+    return [f for f in facts if f.id in seen]

@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any, ClassVar, TypeAlias
 
@@ -58,6 +58,16 @@ class EpisodeStatus(StrEnum):
     STORED = "stored"
     FAILED = "failed"
     QUEUED = "queued"
+
+
+class Verdict(StrEnum):
+    """What the LLM said of a new fact against an older one it was shown with (kept on the new fact, so the
+    history can be recomputed without asking again): it states the ``same`` thing, ``contradicts`` it (they
+    cannot hold at once), or is ``compatible`` with it."""
+
+    SAME = "same"
+    CONTRADICTS = "contradicts"
+    COMPATIBLE = "compatible"
 
 
 class EpisodeSource(StrEnum):
@@ -106,6 +116,29 @@ def check_text(value: str, what: str = "text") -> str:
             "decode your input as UTF-8 first"
         ) from None
     return value
+
+
+def check_storable(value: Any, what: str = "value") -> None:
+    """Raise :class:`ValidationError` unless ``value`` is plain data every store can hold: text (see
+    :func:`check_text`), 64-bit integers, floats, booleans, None, datetimes, lists and maps with text keys."""
+    if isinstance(value, str):
+        check_text(value, what)
+    elif isinstance(value, bool) or value is None or isinstance(value, float | datetime):
+        return
+    elif isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise ValidationError(f"{what} holds an integer wider than 64 bits ({value})")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(f"{what} has a key that is not text: {key!r}")
+            check_text(key, what)
+            check_storable(item, what)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            check_storable(item, what)
+    else:
+        raise ValidationError(f"{what} holds a {type(value).__name__}, which tkg cannot store")
 
 
 def relation_name(text: str) -> str:
@@ -181,14 +214,24 @@ class Episode(_Record):
     error: str = ""
     attributes: Mapping[str, Any] = field(default_factory=dict)
     embedding: Vector | None = field(default=None, repr=False)
+    #: The speaker's UTC offset at ``reference_time`` in seconds (``reference_time`` itself is stored in UTC):
+    #: calendar phrases ("yesterday", "last weekend") are resolved on the speaker's own calendar day.
+    reference_offset: int = 0
 
     def __post_init__(self) -> None:
         self._check_common()
         self._set("source", EpisodeSource(self.source))
+        if not isinstance(self.reference_offset, int) or abs(self.reference_offset) >= 86_400:
+            raise ValidationError(f"reference_offset must be whole seconds within a day, not {self.reference_offset!r}")
         self._set("status", EpisodeStatus(self.status))
         self._set("attributes", dict(self.attributes))
         self._set("reference_time", to_utc(self.reference_time, "reference_time"))
         self._check_vector("embedding")
+
+    @property
+    def local_reference(self) -> datetime:
+        """``reference_time`` on the speaker's clock (its UTC offset), for calendar arithmetic."""
+        return self.reference_time.astimezone(timezone(timedelta(seconds=self.reference_offset)))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -238,6 +281,8 @@ class Fact(_Record):
     #: This fact's own ``invalid_at`` before it was superseded, restored if the superseding fact is removed.
     prior_invalid_at: datetime | None = None
     embedding: Vector | None = field(default=None, repr=False)
+    #: The LLM's verdicts on the older facts this one was compared with when it arrived: fact id -> Verdict.
+    verdicts: Mapping[str, Verdict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -261,6 +306,7 @@ class Fact(_Record):
             raise TimestampError(f"fact {self.fact!r}: expired_at is before created_at")
         self._set("episodes", tuple(self.episodes))
         self._set("attributes", dict(self.attributes))
+        self._set("verdicts", {str(k): Verdict(v) for k, v in self.verdicts.items()})
         self._check_vector("embedding")
 
 

@@ -41,6 +41,17 @@ def to_utc(value: datetime | str, what: str = "timestamp") -> datetime:
     return result
 
 
+def utc_offset(value: datetime | str, what: str = "timestamp") -> int:
+    """The UTC offset of an aware datetime or an ISO-8601 string, in whole seconds (0 for UTC); the value must be
+    one :func:`to_utc` accepts."""
+    to_utc(value, what)
+    if isinstance(value, str):
+        text = value.strip()
+        value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    offset = value.utcoffset()
+    return 0 if offset is None else int(offset.total_seconds())
+
+
 def optional_utc(value: datetime | str | None, what: str = "timestamp") -> datetime | None:
     return None if value is None else to_utc(value, what)
 

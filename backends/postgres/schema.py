@@ -19,7 +19,7 @@ from tkg.errors import BackendError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,23 @@ def _migrate_to_1(conn: psycopg.Connection[Any], schema: str, settings: dict[str
     )
 
 
+# Version 2: a fact keeps the LLM's verdicts on the facts it was compared with (tkg.invalidation recomputes the
+# history from them), and an episode the speaker's UTC offset (calendar phrases are resolved on their day).
+_V2 = """
+ALTER TABLE {s}.facts ADD COLUMN verdicts json NOT NULL DEFAULT '{{}}';
+ALTER TABLE {s}.episodes ADD COLUMN reference_offset integer NOT NULL DEFAULT 0;
+"""
+
+
+def _migrate_to_2(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render(_V2, schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
-MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {1: _migrate_to_1}
+MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
+    1: _migrate_to_1,
+    2: _migrate_to_2,
+}
 
 
 def read_version(conn: psycopg.Connection[Any], schema: str) -> int:

@@ -65,6 +65,8 @@ def _columns(kind: Kind) -> list[str]:
 
 
 COLUMNS: dict[Kind, list[str]] = {kind: _columns(kind) for kind in Kind}
+#: Columns holding a map, stored as JSON (tkg.codec's tags for what JSON lacks).
+JSON_COLUMNS = frozenset({"attributes", "verdicts"})
 
 
 def _json(record: Record, attributes: Mapping[str, Any]) -> Json:
@@ -304,7 +306,7 @@ class PostgresStore(Store):
                         check_vectors(value, self.dim)
                     except EmbeddingError as exc:
                         raise EmbeddingError(f"{record.kind} {record.id}: {exc}") from None
-            elif column == "attributes":
+            elif column in JSON_COLUMNS:
                 value = _json(record, value)
             elif isinstance(value, tuple):
                 value = list(value)
@@ -514,8 +516,8 @@ class PostgresStore(Store):
 
     def _record(self, kind: Kind, row: Sequence[Any]) -> Record:
         fields = dict(zip(COLUMNS[kind], row[1:], strict=True))
-        if "attributes" in fields:
-            fields["attributes"] = decode_value(fields["attributes"], json=True)
+        for name in JSON_COLUMNS.intersection(fields):
+            fields[name] = decode_value(fields[name], json=True)
         for name in ("labels", "aliases", "episodes"):
             if name in fields:
                 fields[name] = tuple(fields[name])

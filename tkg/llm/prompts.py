@@ -38,12 +38,12 @@ def _kind(episode: Episode) -> str:
 
 
 def _episode_block(episode: Episode, previous: Sequence[Episode]) -> str:
-    context = "\n".join(f"[{p.reference_time.date().isoformat()}] {p.content}" for p in previous) or "(none)"
+    context = "\n".join(f"[{p.local_reference.date().isoformat()}] {p.content}" for p in previous) or "(none)"
     return (
         f"EARLIER EPISODES:\n{context}\n\n"
         f"NEW EPISODE ({_kind(episode)}"
         + (f", {episode.source_description}" if episode.source_description else "")
-        + f", at {episode.reference_time.isoformat()}):\n{episode.content}"
+        + f", at {episode.local_reference.isoformat()}):\n{episode.content}"
     )
 
 
@@ -121,7 +121,7 @@ def resolution_prompt(
     facts X1.., across the whole prompt; ``entity_names`` maps entity ids to display names."""
     entity_no = {i: n for n, i in candidate_numbers([n.candidates for n in names]).items()}
     fact_no = {i: n for n, i in candidate_numbers([f.candidates for f in facts]).items()}
-    lines = [f"EPISODE (at {episode.reference_time.isoformat()}):\n{episode.content}"]
+    lines = [f"EPISODE (at {episode.local_reference.isoformat()}):\n{episode.content}"]
     if names:
         lines.append("\nNEW ENTITIES and the existing entities each might be:")
         for i, item in enumerate(names, start=1):

@@ -1,0 +1,270 @@
+"""Truth maintenance that holds whatever the order (issue 14), on every backend.
+
+Random histories of statements about a few people -- homes (single-valued by the ontology), moves and jobs
+(contradictions judged by the LLM double, across relation names for moves), likes (never contradicting) --
+ingested in random permutations and batches, with random removals. Asserted over every fact, superseded ones
+included: the same valid-time history for any arrival order (only transaction times differ), "add then remove"
+equal to "never added", and at most one home or job per person at every instant of valid time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg.invalidation import own_end, text_key
+from tkg.llm import LLMPolicy, Prompt
+from tkg.llm.rules import extract
+from tkg.llm.schema import FactDecision, GraphExtraction, Resolution
+from tkg.models import Entity, Episode, Fact
+from tkg.ontology import Ontology, RelationType
+from tkg.storage import Store
+
+PEOPLE = ["Ann", "Bob"]
+OBJECTS = ["Paris", "Rome", "Oslo"]
+RELATIONS = ["LIVES_IN", "MOVED_TO", "WORKS_AT", "LIKES"]
+#: What the LLM double judges: two facts of one person in the same group, about different objects, contradict.
+GROUPS = {"LIVES_IN": "home", "MOVED_TO": "home", "WORKS_AT": "job"}
+ONTOLOGY = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+EMB = HashEmbedder(dim=32)
+
+Statement = tuple[str, str, str, int, int | None, int]
+statements = st.tuples(
+    st.sampled_from(PEOPLE),
+    st.sampled_from(RELATIONS),
+    st.sampled_from(OBJECTS),
+    st.integers(2010, 2016),  # valid from (ties are common)
+    st.one_of(st.none(), st.integers(0, 3)),  # years until it ended (None: still holds)
+    st.integers(0, 3),  # the day it was said (ties too)
+)
+
+
+def message(statement: Statement) -> tuple[str, datetime]:
+    who, rel, what, year, span, said = statement
+    until = "" if span is None else f" until {year + span}"
+    return f"{who}: I {rel} {what} since {year}{until}.", datetime(2024, 1, 1 + said, tzinfo=UTC)
+
+
+def judge(prompt: Prompt, model: Any) -> Any:
+    """The LLM double: extraction by tkg's rules; a fact contradicts a candidate of the same person and group
+    with another object, and duplicates one with the same sentence. A pairwise judgement: never order-dependent."""
+    if model is GraphExtraction:
+        return extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
+    decisions = []
+    for number, item in enumerate(prompt.inputs.get("facts", []), start=1):
+        duplicate, contradicts = None, []
+        for c in item["candidates"]:
+            if text_key(c["fact"]) == text_key(item["fact"]):
+                duplicate = c["number"]
+            elif (
+                c["source"] == item["source"]
+                and GROUPS.get(c["relation"]) is not None
+                and GROUPS.get(c["relation"]) == GROUPS.get(item["relation"])
+                and c["target"] != item["target"]
+            ):
+                contradicts.append(c["number"])
+        decisions.append(FactDecision(new=number, duplicate_of=duplicate, contradicts=contradicts))
+    return Resolution(facts=decisions)
+
+
+def new_memory(store: Store) -> Memory:
+    return Memory(
+        store,
+        embedder=EMB,
+        llm=ScriptedLLM(handler=judge),
+        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
+        ontology=ONTOLOGY,
+        # Every fact under another relation that shares an endpoint is a candidate (the hash embedder's
+        # similarities are noise), and the bounds on candidates per new fact never bite in this small world: the
+        # history is then order-independent exactly (past the bounds, only the closest statements are asked).
+        config=MemoryConfig(
+            llm_policy=LLMPolicy(backoff_initial=0.0),
+            communities=None,
+            max_fact_candidates=30,
+            related_fact_candidates=30,
+            related_min_similarity=-1.0,
+        ),
+    )
+
+
+def ingest(memory: Memory, history: Sequence[Statement], batch: bool = False) -> list[str]:
+    items = [message(s) for s in history]
+    if batch:
+        results = memory.add_episodes([{"content": c, "reference_time": t, "group_id": "g"} for c, t in items])
+    else:
+        results = [memory.add_episode(c, reference_time=t, group_id="g") for c, t in items]
+    assert all(r.status.value == "extracted" for r in results)
+    return [r.episode.id for r in results]
+
+
+def canonical(memory: Memory) -> list[tuple[Any, ...]]:
+    """Every fact by what it says (ids and transaction times differ between runs): its statement, valid interval,
+    the statement that superseded it, whether it is current, and the episodes that state it."""
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+    said = {e.id: (e.content, e.reference_time) for e in memory.records(Kind.EPISODE) if isinstance(e, Episode)}
+    facts = {f.id: f for f in memory.records(Kind.FACT) if isinstance(f, Fact)}
+
+    def when(t: datetime | None) -> str:
+        return "-" if t is None else t.isoformat()  # sortable, None included
+
+    def key(f: Fact) -> tuple[Any, ...]:
+        return (
+            names[f.source_id],
+            f.relation,
+            names[f.target_id],
+            text_key(f.fact),
+            when(f.valid_at),
+            when(own_end(f)),
+        )
+
+    return sorted(
+        (
+            key(f),
+            when(f.invalid_at),
+            () if f.invalidated_by is None else key(facts[f.invalidated_by]),
+            f.expired_at is None,
+            tuple(sorted((c, when(t)) for c, t in (said[e] for e in f.episodes))),
+        )
+        for f in facts.values()
+    )
+
+
+def check_invariants(memory: Memory) -> None:
+    """Over every fact, superseded or not."""
+    facts = [f for f in memory.records(Kind.FACT) if isinstance(f, Fact)]
+    ids = {f.id for f in facts}
+    for f in facts:
+        if f.valid_at is not None and f.invalid_at is not None:
+            assert f.invalid_at >= f.valid_at, f
+        assert (f.expired_at is None) == (f.invalidated_by is None), f
+        if f.invalidated_by is not None:
+            assert f.invalidated_by in ids and f.invalidated_by != f.id, f
+            assert f.expired_at is not None and f.expired_at >= f.created_at
+            end = own_end(f)
+            assert f.invalid_at is not None and (end is None or f.invalid_at <= end), f
+    # at every instant of valid time, at most one home (LIVES_IN or MOVED_TO) and one job per person
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+    slots: dict[tuple[str, str], list[Fact]] = {}
+    for f in facts:
+        group = GROUPS.get(f.relation)
+        if group is not None:
+            slots.setdefault((f.source_id, group), []).append(f)
+    for held in slots.values():
+        for i, a in enumerate(held):
+            for b in held[i + 1 :]:
+                if names[a.target_id] != names[b.target_id]:
+                    assert not _share_an_instant(a, b), (a, b)
+
+
+def _share_an_instant(a: Fact, b: Fact) -> bool:
+    lo = [t for t in (a.valid_at, b.valid_at) if t is not None]
+    hi = [t for t in (a.invalid_at, b.invalid_at) if t is not None]
+    start = max(lo) if lo else None
+    end = min(hi) if hi else None
+    return start is None or end is None or start < end
+
+
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+
+
+@SETTINGS
+@given(history=st.lists(statements, min_size=1, max_size=7), data=st.data())
+def test_any_arrival_order_gives_the_same_history(
+    make_store: Callable[[int], Store], history: list[Statement], data: st.DataObject
+) -> None:
+    note(f"history: {history!r}")
+    in_order = new_memory(make_store(EMB.dim))
+    ingest(in_order, history)
+    check_invariants(in_order)
+    shuffled = data.draw(st.permutations(history))
+    other = new_memory(make_store(EMB.dim))
+    ingest(other, shuffled, batch=data.draw(st.booleans()))
+    check_invariants(other)
+    assert canonical(other) == canonical(in_order)
+
+
+@SETTINGS
+@given(history=st.lists(statements, min_size=2, max_size=7), data=st.data())
+def test_adding_then_removing_an_episode_is_never_adding_it(
+    make_store: Callable[[int], Store], history: list[Statement], data: st.DataObject
+) -> None:
+    note(f"history: {history!r}")
+    removed = data.draw(st.integers(0, len(history) - 1))
+    rest = history[:removed] + history[removed + 1 :]
+    never = new_memory(make_store(EMB.dim))
+    ingest(never, rest)
+    both = new_memory(make_store(EMB.dim))
+    ids = ingest(both, data.draw(st.permutations(history)))
+    position = data.draw(st.permutations(list(range(len(history)))))  # any copy of the removed statement
+    contents = [message(s) for s in history]
+    target = next(
+        ids[i]
+        for i in position
+        if (both.get(Kind.EPISODE, ids[i]).content, both.get(Kind.EPISODE, ids[i]).reference_time)  # type: ignore[attr-defined]
+        == contents[removed]
+    )
+    both.remove_episode(target)
+    check_invariants(both)
+    assert canonical(both) == canonical(never)
+
+
+def test_a_late_fact_shortens_a_superseded_one(make_store: Callable[[int], Store]) -> None:
+    """Issue 14, case 1: Oslo (2000), Rome (2002), then Lima (2001) arriving last: as of mid-2001 one home."""
+    memory = new_memory(make_store(EMB.dim))
+    for city, year in (("Oslo", 2000), ("Rome", 2002), ("Lima", 2001)):
+        memory.add_episode(f"Ann: I LIVES_IN {city} since {year}.", group_id="g", reference_time="2024-01-01T00:00Z")
+    homes = memory.search("Ann lives in", group_ids="g", as_of="2001-06-01T00:00:00Z", targets=["facts"])
+    assert [s.record.fact for s in homes.facts] == ["Ann lives in Lima"]
+    oslo = next(f for f in memory.get_all("g", include_invalidated=True) if f.fact == "Ann lives in Oslo")
+    assert oslo.invalid_at == datetime(2001, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("judged_by", ["llm", "ontology"])
+def test_removing_the_middle_of_a_chain_leaves_one_current_fact(
+    make_store: Callable[[int], Store], judged_by: str
+) -> None:
+    """Issue 14, case 2: A, then B contradicts A, then C contradicts B; removing B leaves C current, A ended by
+    C, whether the contradictions were judged by the LLM (WORKS_AT) or the ontology (LIVES_IN)."""
+    relation = "WORKS_AT" if judged_by == "llm" else "LIVES_IN"
+    memory = new_memory(make_store(EMB.dim))
+    ids = [
+        memory.add_episode(f"Ann: I {relation} {place} since {year}.", group_id="g").episode.id
+        for place, year in (("Acme", 2010), ("Globex", 2012), ("Initech", 2014))
+    ]
+    memory.remove_episode(ids[1])
+    current = [f.fact for f in memory.get_all("g")]
+    assert len(current) == 1 and current[0].endswith("Initech")
+    facts = {f.fact.rsplit(" ", 1)[-1]: f for f in memory.get_all("g", include_invalidated=True)}
+    assert facts["Acme"].invalidated_by == facts["Initech"].id and facts["Acme"].invalid_at.year == 2014  # type: ignore[union-attr]
+
+
+def test_removal_never_leaves_two_identical_current_facts(make_store: Callable[[int], Store]) -> None:
+    """Issue 14, case 2b: Paris, Rome, Paris again; removing Rome leaves one current Paris fact."""
+    memory = new_memory(make_store(EMB.dim))
+    ids = [
+        memory.add_episode(f"Ann: I LIVES_IN {city} since {year}.", group_id="g").episode.id
+        for city, year in (("Paris", 2010), ("Rome", 2012), ("Paris", 2014))
+    ]
+    memory.remove_episode(ids[1])
+    current = memory.get_all("g")
+    assert [f.fact for f in current] == ["Ann lives in Paris"] and current[0].valid_at.year == 2010  # type: ignore[union-attr]
+    check_invariants(memory)
+
+
+def test_contradictions_are_found_across_relation_names(make_store: Callable[[int], Store]) -> None:
+    """Issue 14, case 3: "Ann LIVES_IN Paris" then "Ann MOVED_TO Berlin" meet as candidates, in the one batched
+    resolution call, and the LLM's verdict ends the old home."""
+    memory = new_memory(make_store(EMB.dim))
+    memory.add_episode("Ann: I LIVES_IN Paris since 2010.", group_id="g")
+    moved = memory.add_episode("Ann: I MOVED_TO Berlin since 2020.", group_id="g")
+    assert moved.usage.by_prompt.get("resolve") == 1
+    paris = next(f for f in memory.get_all("g", include_invalidated=True) if f.relation == "LIVES_IN")
+    assert paris.invalid_at == datetime(2020, 1, 1, tzinfo=UTC) and paris.invalidated_by is not None
