@@ -161,6 +161,7 @@ def test_the_callers_share_the_vocabulary() -> None:
     assert found("Where was I in March?") == ["March"]
     assert found("Good Friday, every Friday, Friday night") == [] and found("since Friday") == ["Friday"]
     assert found("I have 2019 photos and it is 2019") == [] and found("Now I currently live here") == []
+    assert found("in a second language") == [] and resolve_time("30 seconds ago", day(2024, 5, 15)) is not None
 
 
 # -- the modal "may" and other month words that are common words (issue 19) ------------------------------------

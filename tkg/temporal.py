@@ -20,7 +20,7 @@ Calendar rules (d is the reference's local date; all phrases are read by :mod:`t
   yesterday -> d - 2; the day after tomorrow -> d + 2;
 - N days / weeks / fortnights ago (in N ..., N ... from now) -> d -/+ N days / 7N / 14N; N months / years /
   decades ago -> the same day N calendar months back, clamped to the month's end ("a month ago" on 31 March is
-  29 February); N hours / minutes / seconds ago -> the instant;
+  29 February); N hours / minutes ago -> the instant;
 - last / this / next week -> d - 7 / d / d + 7;
 - last / this / next month or year -> the first day of the previous / current / next month or year;
 - a date without a year (March 3rd) -> that day in d's year; a month alone (March, in March) -> its first day in
@@ -69,7 +69,7 @@ from tkg.timeutil import EARLIEST, LATEST
 
 #: Longer "phrases" are sentences, not time phrases; dateparser is slow on them and would guess.
 MAX_PHRASE = 120
-_SUB_DAY = {"second": "seconds", "minute": "minutes", "hour": "hours"}
+_SUB_DAY = {"minute": "minutes", "hour": "hours"}
 _DAYS = {"day": 1, "week": 7, "fortnight": 14}
 _MONTHS = {"month": 1, "year": 12, "decade": 120}
 _PART_DAY = {None: 1, "early": 1, "mid": 11, "late": 21}
@@ -78,7 +78,8 @@ _PART_MONTH = {None: 1, "early": 1, "mid": 5, "late": 9}
 
 def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, ...] = ("en",)) -> datetime | None:
     """The UTC datetime a time phrase denotes, said at ``reference`` (aware, the speaker's local time best);
-    ``None`` if it denotes nothing. The rules are in the module docstring.
+    ``None`` if it denotes nothing. The rules are in the module docstring. The grammar of
+    :mod:`tkg.time_phrases` is English and always applies; ``languages`` are dateparser's, for the rest.
 
     >>> from datetime import timezone
     >>> resolve_time("yesterday", datetime(2024, 5, 1, 1, 0, tzinfo=timezone(timedelta(hours=2))))

@@ -68,7 +68,9 @@ NUMBERS: dict[str, int] = {
     "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40,
     "fifty": 50, "a couple of": 2, "a couple": 2, "couple of": 2, "a few": 3, "several": 3,
 }  # fmt: skip
-UNITS = ("second", "minute", "hour", "day", "week", "fortnight", "month", "year", "decade")
+#: No "second": "in a second language" is no time, and a memory has no use for seconds ("30 seconds ago" still
+#: goes to dateparser).
+UNITS = ("minute", "hour", "day", "week", "fortnight", "month", "year", "decade")
 #: The step of a modifier: -1 the one before, 0 the current one, +1 the one after.
 MODIFIERS: dict[str, int] = {
     "last": -1, "past": -1, "this past": -1, "this": 0, "next": 1, "coming": 1, "this coming": 1,
@@ -97,7 +99,7 @@ Kind = Literal["now", "timestamp", "date", "month", "year", "season", "shift", "
 Unit = Literal["moment", "day", "weekend", "week", "month", "season", "year", "decade"]
 Part = Literal["early", "mid", "late"]
 _GRAIN: dict[str, Unit] = {
-    "second": "moment", "minute": "moment", "hour": "moment", "day": "day", "week": "week", "fortnight": "week",
+    "minute": "moment", "hour": "moment", "day": "day", "week": "week", "fortnight": "week",
     "month": "month", "year": "year", "decade": "decade",
 }  # fmt: skip
 
