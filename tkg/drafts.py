@@ -20,6 +20,8 @@ from tkg.models import relation_name
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.temporal import resolve_time
+from tkg.time_phrases import find_time_phrases
+from tkg.timeutil import to_utc
 
 _SPEAKER = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
 
@@ -88,7 +90,8 @@ def from_extraction(
     languages: tuple[str, ...] = ("en",),
     ontology: Ontology | None = None,
 ) -> Draft:
-    """A draft from the LLM's extraction, repaired as described in the module docstring."""
+    """A draft from the LLM's extraction, repaired as described in the module docstring. Time phrases resolve
+    against ``reference`` as given (:func:`tkg.temporal.resolve_time`): pass the speaker's local time."""
     ontology = ontology or Ontology()
     draft = Draft()
     if speaker:
@@ -110,7 +113,7 @@ def from_extraction(
         valid_at = _date(draft, item.valid_from, reference, languages, "start")
         invalid_at = _date(draft, item.valid_until, reference, languages, "end")
         if valid_at is None and item.valid_until is None:
-            valid_at = reference  # stated without a time: true as of the episode (present tense)
+            valid_at = to_utc(reference, "reference")  # stated without a time: true as of the episode (present tense)
         attributes = {}
         if item.attributes:
             attributes, problems = ontology.relation_attributes(relation, item.attributes)
@@ -165,49 +168,25 @@ def add_fact(
 
 
 # -- time phrases in free text (the extraction-free path) -------------------------------------------------------
-_MONTH = (
-    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
-    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
-)
-_NUM = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|several|a couple of)"
-_UNIT = r"(?:days?|weeks?|months?|years?|hours?|minutes?|decades?)"
-_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
-_TIME_PHRASE = re.compile(
-    "|".join(
-        [
-            r"\b\d{4}-\d{2}-\d{2}\b",
-            rf"\b{_MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b",
-            rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?\b",
-            rf"\b{_MONTH}\s+\d{{4}}\b",
-            rf"\b{_NUM}\s+{_UNIT}\s+ago\b",
-            rf"\bin\s+{_NUM}\s+{_UNIT}\b",
-            rf"\b(?:last|next|this)\s+(?:week(?:end)?|month|year|{_WEEKDAY}|spring|summer|autumn|fall|winter)\b",
-            r"\b(?:yesterday|today|tomorrow|tonight)\b",
-            r"\b(?:in|since|during)\s+(?:19|20)\d{2}\b",
-        ]
-    ),
-    re.IGNORECASE,
-)
-
-
 def time_mentions(text: str, reference: datetime, languages: tuple[str, ...] = ("en",)) -> list[dict[str, str]]:
-    """Time phrases found in free text and the dates they denote against ``reference`` (ISO-8601 UTC).
+    """Time phrases found in free text (:func:`tkg.time_phrases.find_time_phrases`) and the dates they denote
+    against ``reference`` (ISO-8601 UTC), each phrase once. ``reference`` goes to :func:`tkg.temporal.resolve_time`
+    as given: pass the speaker's local time so calendar phrases fall on the speaker's dates.
 
     >>> from datetime import UTC, datetime
     >>> time_mentions("I met Bob two weeks ago in Paris.", datetime(2024, 5, 15, tzinfo=UTC))
     [{'phrase': 'two weeks ago', 'at': '2024-05-01T00:00:00+00:00'}]
     """
-    found: list[dict[str, str]] = []
+    mentions: list[dict[str, str]] = []
     seen: set[str] = set()
-    for match in _TIME_PHRASE.finditer(text[:20_000]):
-        phrase = match.group(0)
+    for phrase in (found.text for found in find_time_phrases(text[:20_000])):
         if phrase.casefold() in seen:
             continue
         seen.add(phrase.casefold())
         value = resolve_time(phrase, reference, languages)
         if value is not None:
-            found.append({"phrase": phrase, "at": value.isoformat()})
-    return found
+            mentions.append({"phrase": phrase, "at": value.isoformat()})
+    return mentions
 
 
 def name_grams(text: str, longest: int = 5, limit: int = 20_000) -> Iterable[str]:

@@ -19,25 +19,14 @@ from tkg.names import normalize_name
 from tkg.ranking import normalized
 from tkg.search_config import EpisodeContext, Method
 from tkg.storage import Hit, Store
-from tkg.temporal import resolve_time
+from tkg.temporal import add_months, midnight, resolve_time
+from tkg.time_phrases import Unit, find_time_phrases
 from tkg.timeline import DateRange, Scope
 
 Loader = Callable[[Kind, Sequence[str]], list[Record | None]]
 
 #: How far a session is followed on either side of a candidate (longer sessions are cut at this window).
 SESSION_SCAN = 48
-
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
-_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_NUMBER = r"\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|a couple of"
-_TIME_PHRASE = re.compile(
-    rf"\b(yesterday|today|last (?:night|week|weekend|month|year|{_DAYS})|this (?:week|weekend|month|year)"
-    rf"|(?:{_NUMBER}) (?:day|week|month|year)s? ago"
-    rf"|(?:(?:early|late|mid) )?(?:{_MONTHS})(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:,? \d{{4}})?"
-    rf"|\d{{1,2}}(?:st|nd|rd|th)? (?:of )?(?:{_MONTHS})(?:,? \d{{4}})?)\b",
-    re.IGNORECASE,
-)
-
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -50,45 +39,51 @@ def time_phrase(query: str) -> str | None:
     >>> time_phrase("What is my cat's name?") is None
     True
     """
-    match = _TIME_PHRASE.search(query)
-    return match.group(1) if match else None
+    found = find_time_phrases(query)
+    return found[0].text if found else None
 
 
-_SPREAD = [  # how wide a time phrase is, by its wording: (pattern, half-width)
-    (re.compile(r"\b(yesterday|today|last night|days? ago)\b", re.I), timedelta(days=2)),
-    (re.compile(r"\b(weeks? ago|week|weekend)\b", re.I), timedelta(days=7)),
-    (re.compile(r"\b(months? ago|month)\b", re.I), timedelta(days=20)),
-    (re.compile(r"\b(years? ago|year)\b", re.I), timedelta(days=200)),
-    (re.compile(r"\d{1,2}(?:st|nd|rd|th)?\b(?! ?\d{4}$)|\b\d{4}-\d{2}-\d{2}\b", re.I), timedelta(days=3)),
-]
-_MONTH_ONLY = re.compile(rf"^(?:(?:early|late|mid) )?(?:{_MONTHS})(?:,? \d{{4}})?$", re.I)
+#: How far either side of its date a phrase that is not a whole period reaches, by how coarse it is.
+_HALF_WIDTH: dict[Unit, timedelta] = {
+    "moment": timedelta(days=2),
+    "day": timedelta(days=3),
+    "weekend": timedelta(days=7),
+    "week": timedelta(days=7),
+    "month": timedelta(days=20),
+    "season": timedelta(days=45),
+    "year": timedelta(days=200),
+    "decade": timedelta(days=2000),
+}
+_PERIOD_MONTHS: dict[Unit, int] = {"month": 1, "season": 3, "year": 12}
 
 
 def time_span(query: str, reference: datetime, lag: timedelta) -> DateRange | None:
     """The stretch of time a query's time phrase names, resolved against ``reference``, widened by how precise
-    the phrase is ("3 days ago": a few days; "last month": weeks; "in March": the month) and extended by ``lag``
-    afterwards (people talk about an event after it happens). ``None`` when the query names no time.
+    the phrase is ("3 days ago": a few days; "two months ago": weeks; "in March", "last year": the whole month
+    or year) and extended by ``lag`` afterwards (people talk about an event after it happens). ``None`` when the
+    query names no time.
 
     >>> from datetime import UTC
     >>> span = time_span("What did I buy in March 2023?", datetime(2023, 6, 1, tzinfo=UTC), timedelta(days=3))
     >>> span.start.date(), span.end.date()
     (datetime.date(2023, 3, 1), datetime.date(2023, 4, 4))
     """
-    phrase = time_phrase(query)
-    if phrase is None:
+    found = find_time_phrases(query)
+    if not found:
         return None
-    when = resolve_time(phrase, reference)
+    phrase = found[0]
+    when = resolve_time(phrase.text, reference)
     if when is None:
         return None
+    said = phrase.expression
     try:
-        if _MONTH_ONLY.match(phrase):
-            start = when.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-            end = (start + timedelta(days=32)).replace(day=1)
+        if said.period:  # the whole month, season or year, from its first day ("mid-March": all of March)
+            first = when.date().replace(day=1) if said.unit != "year" else when.date().replace(month=1, day=1)
+            start, end = midnight(first), midnight(add_months(first, _PERIOD_MONTHS[said.unit]))
         else:
-            half = next((width for pattern, width in _SPREAD if pattern.search(phrase)), timedelta(days=3))
-            start, end = when - half, when + half
+            start, end = when - _HALF_WIDTH[said.unit], when + _HALF_WIDTH[said.unit]
         return DateRange("reference_time", start, end + lag)
-    except (OverflowError, ValidationError):  # at the very edge of the calendar: no time signal
+    except (OverflowError, ValueError, ValidationError):  # at the very edge of the calendar: no time signal
         return None
 
 

@@ -1,162 +1,244 @@
-"""Dates from time phrases: the LLM picks the phrase, this module computes the date against the episode's time.
+"""Dates from time phrases: the LLM (or :func:`tkg.time_phrases.find_time_phrases`) picks the phrase, this module
+computes the date against the reference time (the moment the speaker said it).
 
-Rules (those of the Zep paper's temporal prompt): present tense or "now" -> the reference time; a date alone ->
-midnight UTC of that day; a year alone -> 1 January of that year; relative phrases ("two weeks ago", "next
-Thursday", "last summer") -> computed from the reference time. Unparseable phrases give ``None``, never a guess.
+The reference must be timezone-aware and may be in any timezone: it should be the speaker's local time, since
+"yesterday" said at 01:00 on 1 May in Paris (+02:00) is 30 April there, although it is still 29 April in UTC.
 
-The commonest relative phrases are computed here with calendar arithmetic (microseconds, and exact: "a month
-ago" said on 15 May is 15 April): ``N units ago``, ``in N units``, ``yesterday`` / ``tomorrow``, and ``last`` /
-``this`` / ``next`` ``week`` / ``month`` / ``year`` (a month or year phrase means its first day). Units of a day
-or more give midnight; hours and minutes keep the time of day. Everything else goes to dateparser (about a
-millisecond per phrase, with the explicit languages).
+Granularity rule:
+
+- A phrase of a day or coarser (yesterday, last Friday, in March, next week, two weeks ago, last weekend, a date,
+  a year) names a calendar date of the speaker's calendar, computed from the reference's *local* date, and is
+  returned as midnight UTC **of that same calendar date**: "yesterday" at 2024-05-01T01:00+02:00 gives
+  2024-04-30T00:00Z. The date shown in UTC is the speaker's date; the speaker's offset does not shift it.
+- A sub-day phrase (now, 3 hours ago, in 20 minutes, an ISO date-time) names an instant: the reference plus or
+  minus the delta, in UTC. An ISO date-time with no offset is the speaker's wall-clock time.
+
+Calendar rules (d is the reference's local date; all phrases are read by :mod:`tkg.time_phrases`):
+
+- present tense (now, currently, at the moment, these days ...) -> the reference instant;
+- today / tonight / this morning -> d; yesterday / last night -> d - 1; tomorrow -> d + 1; the day before
+  yesterday -> d - 2; the day after tomorrow -> d + 2;
+- N days / weeks / fortnights ago (in N ..., N ... from now) -> d -/+ N days / 7N / 14N; N months / years /
+  decades ago -> the same day N calendar months back, clamped to the month's end ("a month ago" on 31 March is
+  29 February); N hours / minutes ago -> the instant;
+- last / this / next week -> d - 7 / d / d + 7;
+- last / this / next month or year -> the first day of the previous / current / next month or year;
+- a date without a year (March 3rd) -> that day in d's year; a month alone (March, in March) -> its first day in
+  d's year; early / mid / late March -> the 1st / 11th / 21st; last March -> the latest March that has ended
+  (before d's month); next March -> the first March after d's month; this March -> March of d's year;
+- a year alone -> 1 January; early / mid / late 2019 -> 1 January / 1 May / 1 September;
+- seasons are meteorological, northern hemisphere (spring March, summer June, autumn / fall September, winter
+  December, three months each), a season phrase gives its first day: last summer -> the latest summer that has
+  ended; this summer -> the one d is in, else the one starting in d's year; next summer -> the first one starting
+  after d's month; summer 2019 -> 1 June 2019 (winter 2019 -> 1 December 2019);
+- weekdays (Monday-Sunday): Friday / on Friday -> the latest Friday on or before d (said on a Friday: d); last
+  Friday -> the latest Friday before d (said on a Friday: a week ago); this Friday -> the first Friday on or
+  after d (said on a Friday: d); next Friday -> the first Friday after d (said on Wednesday: in two days);
+- weekends are named by their Saturday: this weekend -> said Monday to Friday, the coming Saturday; said on
+  Saturday or Sunday, this weekend's Saturday. last weekend -> this weekend's Saturday - 7 (said Monday to
+  Friday: the Saturday just before; said on a weekend: the previous weekend's). next weekend -> this weekend's
+  Saturday + 7. the weekend / over the weekend -> the latest Saturday on or before d, Sunday counting as its
+  weekend (said Monday to Friday: last weekend's; said on a weekend: this weekend's);
+- an ISO-8601 date -> that date; an ISO-8601 date-time -> that instant.
+
+Everything else goes to dateparser (about a millisecond per phrase, with the explicit languages), given the
+reference's local wall-clock time (dateparser computes on an aware base's wall clock and drops its offset, and
+knows only real-world offsets by name, so tkg keeps the offset itself). Its result is a day (midnight UTC of its
+date) when the phrase names no time of day and no sub-day unit and dateparser kept the reference's time of day or
+gave midnight; else an instant: the speaker's wall-clock time, or the zone the phrase names ("5pm EST").
+
+Unreadable phrases, phrases over :data:`MAX_PHRASE` characters, impossible dates (February 30th) and results
+outside the timestamps tkg accepts (years 1 to 9999, :data:`tkg.timeutil.EARLIEST` to
+:data:`tkg.timeutil.LATEST`) give ``None``, never a guess and never an exception; only a missing or naive
+reference raises :class:`tkg.errors.TimestampError`.
 """
 
 from __future__ import annotations
 
 import calendar
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
+from typing import Any
 
 import dateparser
 
 from tkg.errors import TimestampError
-from tkg.timeutil import to_utc
+from tkg.time_phrases import Expression, parse_time_phrase
+from tkg.timeutil import EARLIEST, LATEST
 
-_NOW = re.compile(r"^(now|today|currently|present|at present|right now|these days|nowadays)$", re.I)
-_YEAR = re.compile(r"^(?:in |during |since |from |by |around |early |late |mid[- ])?(\d{4})$", re.I)
-_SEASON = re.compile(r"^(last|this|next)\s+(spring|summer|autumn|fall|winter)$", re.I)
-_SEASON_MONTH = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
-_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+#: Longer "phrases" are sentences, not time phrases; dateparser is slow on them and would guess.
+MAX_PHRASE = 120
+_SUB_DAY = {"minute": "minutes", "hour": "hours"}
+_DAYS = {"day": 1, "week": 7, "fortnight": 14}
+_MONTHS = {"month": 1, "year": 12, "decade": 120}
+_PART_DAY = {None: 1, "early": 1, "mid": 11, "late": 21}
+_PART_MONTH = {None: 1, "early": 1, "mid": 5, "late": 9}
 
 
 def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, ...] = ("en",)) -> datetime | None:
-    """The UTC datetime a time phrase denotes, relative to ``reference``; ``None`` if it denotes nothing."""
+    """The UTC datetime a time phrase denotes, said at ``reference`` (aware, the speaker's local time best);
+    ``None`` if it denotes nothing. The rules are in the module docstring. The grammar of
+    :mod:`tkg.time_phrases` is English and always applies; ``languages`` are dateparser's, for the rest.
+
+    >>> from datetime import timezone
+    >>> resolve_time("yesterday", datetime(2024, 5, 1, 1, 0, tzinfo=timezone(timedelta(hours=2))))
+    datetime.datetime(2024, 4, 30, 0, 0, tzinfo=datetime.timezone.utc)
+    """
     if phrase is None:
         return None
-    if not isinstance(reference, datetime):
-        raise TimestampError(f"cannot resolve the time phrase {phrase!r}: no reference time to count from")
-    text = " ".join(str(phrase).split()).strip().rstrip(".")
-    if not text:
+    if not isinstance(reference, datetime) or reference.utcoffset() is None:
+        raise TimestampError(
+            f"cannot resolve the time phrase {phrase!r}: the reference time {reference!r} is missing or naive; "
+            "pass an aware datetime, best the speaker's local time"
+        )
+    text = " ".join(str(phrase).split()).strip(" .,;:!?")
+    if not text or len(text) > MAX_PHRASE:
         return None
-    if _NOW.match(text):
-        return reference
-    if (m := _YEAR.match(text)) is not None:
-        return datetime(int(m.group(1)), 1, 1, tzinfo=UTC)
-    if (m := _SEASON.match(text)) is not None:
-        return _season(m.group(1).lower(), m.group(2).lower(), reference)
-    iso = _iso(text)
-    if iso is not None:
-        return iso
-    fast = _arithmetic(text.casefold(), reference)
-    if fast is not None:
-        return fast
-    return _parse_relative(text, reference, languages)
-
-
-_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3, "several": 3,
-}  # fmt: skip
-_COUNT = r"(\d{1,4}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a couple of|a few|several)"
-_UNIT = r"(minute|hour|day|week|fortnight|month|year|decade)s?"
-_AGO = re.compile(rf"^{_COUNT}\s+{_UNIT}\s+ago$")
-_IN = re.compile(rf"^in\s+{_COUNT}\s+{_UNIT}$")
-_NEAR = re.compile(r"^(last|this|next)\s+(week|month|year)$")
-
-
-def _midnight(value: datetime) -> datetime:
-    return value.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _shift(reference: datetime, count: int, unit: str) -> datetime:
-    if unit == "minute":
-        return reference + timedelta(minutes=count)
-    if unit == "hour":
-        return reference + timedelta(hours=count)
-    if unit in ("day", "week", "fortnight"):
-        return _midnight(reference + timedelta(days=count * {"day": 1, "week": 7, "fortnight": 14}[unit]))
-    months = count * {"month": 1, "year": 12, "decade": 120}[unit]
-    total = reference.year * 12 + reference.month - 1 + months
-    year, month = divmod(total, 12)
-    if not 1 <= year <= 9999:
-        raise OverflowError("year out of range")
-    day = min(reference.day, calendar.monthrange(year, month + 1)[1])
-    return _midnight(reference.replace(year=year, month=month + 1, day=day))
-
-
-def _arithmetic(text: str, reference: datetime) -> datetime | None:
-    """The common relative phrases, by calendar arithmetic; None for anything else."""
+    said = parse_time_phrase(text)
     try:
-        if text in ("yesterday", "tomorrow"):
-            return _shift(reference, -1 if text == "yesterday" else 1, "day")
-        for pattern, sign in ((_AGO, -1), (_IN, 1)):
-            if (m := pattern.match(text)) is not None:
-                count = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
-                return _shift(reference, sign * count, m.group(2))
-        if (m := _NEAR.match(text)) is not None:
-            step = {"last": -1, "this": 0, "next": 1}[m.group(1)]
-            if m.group(2) == "week":
-                return _shift(reference, 7 * step, "day")
-            first = _shift(reference.replace(day=1), step, "month") if m.group(2) == "month" else None
-            if first is not None:
-                return first
-            return datetime(reference.year + step, 1, 1, tzinfo=UTC)
-    except (OverflowError, ValueError):
+        value = _dateparser(text, reference, languages) if said is None else _resolve(said, reference)
+    except (OverflowError, ValueError):  # off the calendar ("9999 years from now", "in 10000", "Feb 30")
         return None
-    return None
+    return value if value is not None and EARLIEST <= value <= LATEST else None
 
 
-def _iso(text: str) -> datetime | None:
-    if _DATE_ONLY.match(text):
-        try:
-            return datetime.fromisoformat(text).replace(tzinfo=UTC)
-        except ValueError:
-            return None
-    if re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d", text):
-        try:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else to_utc(parsed)
-    return None
+def _resolve(said: Expression, reference: datetime) -> datetime:
+    """The date of a read phrase by calendar arithmetic on ``reference``'s local date (module docstring rules);
+    ``ValueError`` or ``OverflowError`` off the calendar."""
+    today = reference.date()  # the reference's own calendar: its local date
+    if said.kind == "now":
+        return reference.astimezone(UTC)
+    if said.kind == "timestamp":
+        return _timestamp(said.text, reference)
+    if said.kind == "shift":
+        if said.shift_unit in _SUB_DAY:
+            # on the UTC timeline: aware arithmetic in a named zone is wall-clock arithmetic, wrong across DST
+            return reference.astimezone(UTC) + timedelta(**{_SUB_DAY[said.shift_unit]: said.count})
+        if said.shift_unit in _DAYS:
+            return midnight(today + timedelta(days=said.count * _DAYS[said.shift_unit]))
+        return midnight(add_months(today, said.count * _MONTHS[said.shift_unit]))
+    if said.kind == "date":
+        assert said.month is not None and said.day is not None
+        return midnight(date(today.year if said.year is None else said.year, said.month, said.day))
+    if said.kind == "month":
+        return midnight(_month(said, today))
+    if said.kind == "year":
+        assert said.year is not None
+        return midnight(date(said.year, _PART_MONTH[said.part], 1))
+    if said.kind == "season":
+        return midnight(_season(said, today))
+    if said.kind == "calendar":
+        step = said.step or 0
+        if said.unit == "month":
+            return midnight(add_months(today.replace(day=1), step))
+        return midnight(date(today.year + step, 1, 1))
+    if said.kind == "weekday":
+        return midnight(_weekday(said, today))
+    return midnight(_weekend(said.step, today))
 
 
-def _season(which: str, season: str, reference: datetime) -> datetime:
-    month = _SEASON_MONTH[season]
-    year = reference.year
-    start = datetime(year, month, 1, tzinfo=UTC)
-    if which == "last":
-        # "last summer" means a summer that has ended: said in July, it is the previous year's.
-        end = datetime(year + (month + 3 > 12), (month + 3 - 1) % 12 + 1, 1, tzinfo=UTC)
-        if end > reference:
-            start = start.replace(year=year - 1)
-    elif which == "next" and start <= reference:
-        start = start.replace(year=year + 1)
-    return start
+def midnight(day: date) -> datetime:
+    """A calendar date as the instant tkg stores for it: midnight UTC of that same date."""
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def add_months(day: date, months: int) -> date:
+    """The same day ``months`` calendar months later (earlier if negative), clamped to the month's last day.
+    Raises ``ValueError`` outside years 1 to 9999.
+
+    >>> add_months(date(2024, 3, 31), -1)
+    datetime.date(2024, 2, 29)
+    """
+    year, month = divmod(day.year * 12 + day.month - 1 + months, 12)
+    if not 1 <= year <= 9999:
+        raise ValueError(f"year {year} is out of range")
+    return date(year, month + 1, min(day.day, calendar.monthrange(year, month + 1)[1]))
+
+
+def _month(said: Expression, today: date) -> date:
+    assert said.month is not None
+    if said.year is not None:
+        year = said.year
+    elif said.step == -1:  # the latest such month that has ended
+        year = today.year if said.month < today.month else today.year - 1
+    elif said.step == 1:  # the first such month after this one
+        year = today.year if said.month > today.month else today.year + 1
+    else:
+        year = today.year
+    return date(year, said.month, _PART_DAY[said.part])
+
+
+def _season(said: Expression, today: date) -> date:
+    assert said.month is not None
+    if said.year is not None:
+        return date(said.year, said.month, 1)
+    now = today.year * 12 + today.month - 1  # months since year 0, as are the season starts below
+    start = today.year * 12 + said.month - 1  # this year's
+    if said.step == -1:  # the latest that has ended
+        while start + 3 > now:
+            start -= 12
+    elif said.step == 1:  # the first that starts after this month
+        start = start if start > now else start + 12
+    elif start - 12 <= now < start - 9:  # this winter, said in January or February: last December's
+        start -= 12
+    year, month = divmod(start, 12)
+    return date(year, month + 1, 1)
+
+
+def _weekday(said: Expression, today: date) -> date:
+    assert said.weekday is not None
+    ahead = (said.weekday - today.weekday()) % 7  # days to the first such weekday on or after today
+    if said.step is None:
+        return today - timedelta(days=(7 - ahead) % 7)
+    if said.step == -1:
+        return today - timedelta(days=7 - ahead if ahead else 7)
+    if said.step == 0:
+        return today + timedelta(days=ahead)
+    return today + timedelta(days=ahead or 7)
+
+
+def _weekend(step: int | None, today: date) -> date:
+    weekday = today.weekday()
+    if step is None:
+        return today - timedelta(days=(weekday - 5) % 7)
+    saturday = today - timedelta(days=weekday - 5) if weekday >= 5 else today + timedelta(days=5 - weekday)
+    return saturday + timedelta(days=7 * step)
+
+
+def _timestamp(text: str, reference: datetime) -> datetime:
+    parsed = datetime.fromisoformat(text)
+    if len(text) == 10:
+        return midnight(parsed.date())
+    if parsed.tzinfo is None:  # a wall-clock time: the speaker's
+        parsed = parsed.replace(tzinfo=reference.tzinfo)
+    return parsed.astimezone(UTC)
+
+
+# -- the long tail: dateparser --------------------------------------------------------------------------------
+_CLOCK = re.compile(r"\d{1,2}:\d{2}|\b(am|pm|noon|midnight|o'clock|hours?|minutes?|seconds?)\b", re.I)
+
+
+def _dateparser(text: str, reference: datetime, languages: tuple[str, ...]) -> datetime | None:
+    base = reference.replace(tzinfo=None)  # the speaker's wall-clock time; dateparser drops an offset anyway
+    parsed = _parse_cached(text, base, languages)
+    if parsed is None:
+        return None
+    if parsed.tzinfo is not None:  # the phrase named its own zone ("5pm EST"): its instant
+        return parsed.astimezone(UTC)
+    if not _CLOCK.search(text) and parsed.time() in (base.time(), datetime.min.time()):
+        # A phrase naming a day but no time of day ("3/5/2023", "hier"): dateparser carried over the base's time
+        # of day or gave midnight; the phrase means that local date.
+        return midnight(parsed.date())
+    return parsed.replace(tzinfo=reference.tzinfo).astimezone(UTC)  # a wall-clock time: the speaker's
 
 
 @lru_cache(maxsize=4096)
-def _parse_relative(text: str, reference: datetime, languages: tuple[str, ...]) -> datetime | None:
-    settings = {
-        "RELATIVE_BASE": reference.replace(tzinfo=None),
-        "TIMEZONE": "UTC",
-        "TO_TIMEZONE": "UTC",
-        "RETURN_AS_TIMEZONE_AWARE": True,
-        "PREFER_DAY_OF_MONTH": "first",
-        "REQUIRE_PARTS": [],
-    }
+def _parse_cached(text: str, base: datetime, languages: tuple[str, ...]) -> datetime | None:
+    """dateparser's reading of ``text`` from the naive wall-clock ``base``: naive (wall-clock time) unless the
+    text names a zone. Keyed by wall-clock time, so equal instants in two zones are not confused."""
+    settings: dict[str, Any] = {"RELATIVE_BASE": base, "PREFER_DAY_OF_MONTH": "first", "REQUIRE_PARTS": []}
     try:
-        parsed = dateparser.parse(text, languages=list(languages), settings=settings)  # type: ignore[arg-type]
-    except (ValueError, OverflowError):
+        return dateparser.parse(text, languages=list(languages), settings=settings)
+    except Exception:  # dateparser raises assorted errors on odd input; an unreadable phrase denotes nothing
         return None
-    if parsed is None:
-        return None
-    result = parsed.astimezone(UTC)
-    # A phrase naming a day but no time of day ("March 3rd", "last Tuesday") means that day at midnight;
-    # dateparser carries over the reference's time of day, so drop it unless the phrase gave a time.
-    if not re.search(
-        r"\d{1,2}:\d{2}|\b(am|pm|noon|midnight|o'clock|hour|minute|second)s?\b", text, re.I
-    ) and not re.search(r"\b(ago|in \d+ (hours?|minutes?))\b", text, re.I):
-        result = result.replace(hour=0, minute=0, second=0, microsecond=0)
-    return result
