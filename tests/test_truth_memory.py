@@ -254,7 +254,7 @@ def test_a_fact_naming_an_unextracted_entity_adds_it_with_a_warning() -> None:
                         "target": "Acme",
                         "relation": "WORKS_AT",
                         "fact": "Alice works at Acme",
-                        "valid_from": "2099-13-45",
+                        "valid_from": "once upon a time",  # vague: dated by the episode, with a warning
                     }
                 ],
             }

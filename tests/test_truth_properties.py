@@ -173,14 +173,18 @@ def test_batching_does_not_change_the_result(batch: list[tuple[str, Statement]])
 
     def canon(memory: Memory) -> list[tuple[Any, ...]]:
         names = {e.id: (e.group_id, e.name) for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+
+        def when(t: datetime | None) -> str:
+            return "-" if t is None else t.isoformat()
+
         return sorted(
             (
                 names[f.source_id],
                 f.relation,
                 names[f.target_id],
-                f.valid_at,
-                f.invalid_at,
-                f.expired_at,
+                when(f.valid_at),
+                when(f.invalid_at),
+                when(f.expired_at),
                 len(f.episodes),
             )
             for f in memory.records(Kind.FACT)

@@ -128,12 +128,19 @@ def from_extraction(
     return draft
 
 
+_NUMERIC_DATE = re.compile(r"^[+-]?\d{4,}(?:-\d{1,2}(?:-\d{1,2}(?:[T ].*)?)?)?$")
+
+
 def _date(
     draft: Draft, phrase: str | None, reference: datetime, languages: tuple[str, ...], which: str
 ) -> datetime | None:
     if phrase is None or not str(phrase).strip():
         return None
     value = resolve_time(phrase, reference, languages)
+    if value is None and _NUMERIC_DATE.match(str(phrase).strip()):
+        # A date written in digits that is none (year 0, past 9999-12-30, month 13): malformed output, not a
+        # vague phrase; the caller turns it into an LLM failure.
+        raise ValueError(f"the {which} date {phrase!r} is not a date tkg can store (years 1 to 9999)")
     if value is None:
         fallback = "used the episode time" if which == "start" else "kept it open-ended"
         draft.warnings.append(f"could not date the {which} {phrase!r}; {fallback}")

@@ -37,7 +37,7 @@ from tkg.search import SearchResults, search
 from tkg.search_config import Reranker, SearchConfig, TargetConfig, choose
 from tkg.storage import Store, WriteBatch
 from tkg.timeline import Filters, make_scope
-from tkg.timeutil import optional_utc, to_utc
+from tkg.timeutil import to_aware
 
 __all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
@@ -362,7 +362,8 @@ class Memory(MemoryReads):
         single-valued a new object ends the old one (old ``invalid_at`` = new ``valid_at``).
         """
         now = self._clock.now()
-        reference = to_utc(reference_time, "reference_time") if reference_time is not None else now
+        # Time phrases resolve on the caller's calendar day (the offset of reference_time, else UTC).
+        reference = to_aware(reference_time, "reference_time") if reference_time is not None else now
         document, draft = structured_facts(facts, reference)
         source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description)
         episode = make_episode(source, self._config, now)
@@ -448,7 +449,7 @@ class Memory(MemoryReads):
             raise ValidationError("filters must be a tkg.timeline.Filters value")
         chosen = choose(config, limit, targets, default=self._config.search, target_default=self._search_default)
         scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
-        reference = optional_utc(reference_time, "reference_time")
+        reference = to_aware(reference_time, "reference_time") if reference_time is not None else None
         vector = check_vectors(self._embedder.embed([query]), self._embedder.dim, 1)[0]
         graded: LLMScorer | None = None
         if cross_encoder is None and any(getattr(chosen, t).reranker is Reranker.CROSS_ENCODER for t in chosen.targets):

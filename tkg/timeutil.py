@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from tkg.errors import TimestampError
 
@@ -39,6 +39,13 @@ def to_utc(value: datetime | str, what: str = "timestamp") -> datetime:
     if not (EARLIEST <= result <= LATEST):
         raise TimestampError(f"{what} {result.isoformat()} is outside the supported range (years 1 to 9999)")
     return result
+
+
+def to_aware(value: datetime | str, what: str = "timestamp") -> datetime:
+    """``value`` as an aware datetime in its own UTC offset (the speaker's clock), validated as :func:`to_utc`
+    validates it; for calendar arithmetic on the speaker's day."""
+    utc = to_utc(value, what)
+    return utc.astimezone(timezone(timedelta(seconds=utc_offset(value, what))))
 
 
 def utc_offset(value: datetime | str, what: str = "timestamp") -> int:

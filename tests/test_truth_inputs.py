@@ -1,0 +1,135 @@
+"""Issue 14, items 4 and 5: dates on the speaker's calendar, and what the LLM or the caller say that cannot be
+stored (an LLM's fault fails the episode for a retry; the caller's is refused at the door)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tkg import BackgroundIngestor, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg.errors import ExtractionFailedError, ValidationError
+from tkg.inputs import FactInput
+from tkg.llm import LLMPolicy, Prompt
+from tkg.llm.schema import GraphExtraction
+from tkg.models import EpisodeStatus
+from tkg.storage import Store
+
+EMB = HashEmbedder(dim=32)
+
+
+def memory_with(answer: Callable[[Prompt], dict[str, Any]], store: Store | None = None) -> Memory:
+    def handler(prompt: Prompt, model: Any) -> Any:
+        if model is GraphExtraction:
+            return answer(prompt)
+        return {}
+
+    return Memory(
+        store,
+        embedder=EMB,
+        llm=ScriptedLLM(handler=handler),
+        clock=FixedClock("2024-06-01T00:00:00Z"),
+        config=MemoryConfig(llm_policy=LLMPolicy(max_attempts=1, backoff_initial=0.0), communities=None),
+    )
+
+
+def moved(valid_from: str | None, *, name: str = "Berlin", sentence: str = "Ann moved to Berlin") -> dict[str, Any]:
+    return {
+        "entities": [{"name": "Ann"}, {"name": name}],
+        "facts": [
+            {"source": "Ann", "target": name, "relation": "MOVED_TO", "fact": sentence, "valid_from": valid_from}
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("said_at", "phrase", "day"),
+    [
+        ("2024-05-01T01:00:00+02:00", "yesterday", datetime(2024, 4, 30, tzinfo=UTC)),  # 30 April on her clock
+        ("2024-04-30T23:30:00-05:00", "yesterday", datetime(2024, 4, 29, tzinfo=UTC)),  # still 30 April there
+        ("2024-05-04T10:00:00+09:00", "last weekend", datetime(2024, 4, 27, tzinfo=UTC)),  # said on a Saturday
+        ("2024-05-01T01:00:00+02:00", "last Friday", datetime(2024, 4, 26, tzinfo=UTC)),
+        ("2024-05-01T01:00:00+14:00", "in March", datetime(2024, 3, 1, tzinfo=UTC)),
+    ],
+)
+def test_calendar_phrases_fall_on_the_speakers_own_day(said_at: str, phrase: str, day: datetime) -> None:
+    memory = memory_with(lambda prompt: moved(phrase))
+    result = memory.add_episode("Ann: I moved to Berlin.", group_id="g", reference_time=said_at)
+    assert [f.valid_at for f in result.facts] == [day]
+    episode = result.episode
+    assert episode.reference_time.tzinfo is UTC and episode.local_reference.isoformat() == said_at
+    # the offset is part of the episode: it survives a save and a load
+    assert memory.get(Kind.EPISODE, episode.id).reference_offset == episode.reference_offset  # type: ignore[attr-defined]
+
+
+def test_structured_facts_resolve_phrases_on_the_callers_day() -> None:
+    memory = memory_with(lambda prompt: moved(None))
+    result = memory.add_facts(
+        [FactInput("Ann", "MOVED_TO", "Berlin", valid_at="yesterday")],
+        group_id="g",
+        reference_time="2024-05-01T01:00:00+02:00",
+    )
+    assert result.facts[0].valid_at == datetime(2024, 4, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        moved("0000"),
+        moved("9999-12-31"),
+        moved("2099-13-45"),
+        moved("now", name="Ber\x00lin"),
+        moved("now", sentence="Ann moved to \ud800Berlin"),
+        {"entities": [{"name": "Ann", "summary": "Ann was born in \x00"}], "facts": []},
+    ],
+    ids=["year-zero", "end-of-time", "month-13", "nul", "lone-surrogate", "nul-in-summary"],
+)
+def test_an_unstorable_answer_is_the_llms_failure_and_retry_works(
+    make_store: Callable[[int], Store], answer: dict[str, Any]
+) -> None:
+    answers = [answer]
+
+    def next_answer(prompt: Prompt) -> dict[str, Any]:
+        return answers.pop(0) if answers else moved("2020-01-01")
+
+    memory = memory_with(next_answer, make_store(EMB.dim))
+    with pytest.raises(ExtractionFailedError) as failed:
+        memory.add_episode("Ann: I moved to Berlin.", group_id="g")
+    episode_id = failed.value.episode_id
+    stored = memory.get(Kind.EPISODE, episode_id)
+    assert stored.status is EpisodeStatus.FAILED and "cannot be stored" in stored.error  # type: ignore[attr-defined]
+    assert memory.records(Kind.FACT) == [] and memory.records(Kind.ENTITY) == []  # nothing else written
+    retried = memory.retry(episode_id)
+    assert retried.status is EpisodeStatus.EXTRACTED
+    assert [f.valid_at for f in retried.facts] == [datetime(2020, 1, 1, tzinfo=UTC)]
+
+
+def test_a_background_episode_with_an_unstorable_answer_fails_instead_of_staying_queued() -> None:
+    memory = memory_with(lambda prompt: moved("9999-12-31"))
+    with BackgroundIngestor(memory, workers=1) as ingestor:
+        status = ingestor.wait(ingestor.submit("Ann: I moved to Berlin.", group_id="g"), timeout=30)
+    assert status.state == "failed"
+    assert memory.get(Kind.EPISODE, status.episode_id).status is EpisodeStatus.FAILED  # type: ignore[attr-defined]
+    assert memory.queued_episodes() == []
+
+
+@pytest.mark.parametrize(
+    "bad", ["Ann: I moved to Ber\x00lin.", "Ann: I moved to \udc00Berlin."], ids=["nul", "surrogate"]
+)
+def test_the_callers_unstorable_text_is_refused_at_the_door(bad: str) -> None:
+    memory = memory_with(lambda prompt: moved("now"))
+    with pytest.raises(ValidationError):
+        memory.add_episode(bad, group_id="g")
+    with pytest.raises(ValidationError):
+        memory.queue_episode(bad, group_id="g")
+    with pytest.raises(ValidationError):
+        memory.add_facts([FactInput("Ann", "MOVED_TO", bad)], group_id="g")
+    assert memory.records(Kind.EPISODE) == [] and memory.stats()["groups"] == []
+
+
+def test_the_offset_must_be_a_real_one() -> None:
+    memory = memory_with(lambda prompt: moved("now"))
+    result = memory.add_episode("Ann: hi", group_id="g", reference_time=datetime(2024, 5, 1, tzinfo=UTC) + timedelta(0))
+    assert result.episode.reference_offset == 0
