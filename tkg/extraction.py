@@ -134,8 +134,9 @@ class EpisodePlanner:
 
         A verbatim restatement inherits what is known of the statement it repeats: the verdicts given on its
         earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
-        episode said both). They are copied onto the new fact, so that they hold even once the restatement they
-        came from is removed: exactly what a consistent LLM, asked again, would say."""
+        episode said both). A contradiction or a duplicate is copied onto the new fact, so that it holds even once
+        the restatement it came from is removed (exactly what a consistent LLM, asked again, would say);
+        "compatible" is what no verdict means, so it needs no copy."""
         pool = self._pool(sorted(sources | targets))
         single = self.settings.ontology.single_valued(probe.relation)
         related = self._related(probe, pool)
@@ -149,22 +150,33 @@ class EpisodePlanner:
             and f.relation == probe.relation
             and invalidation.text_key(f.fact) == key
         ]
+        mate_ids = {m.id for m in mates}
         together = {e for m in mates for e in m.episodes}
+        # What the statement's earlier restatements were judged to be against each other fact (either side).
+        known: dict[str, list[Fact]] = {}
+        for m in mates:
+            for other in m.verdicts:
+                known.setdefault(other, []).append(m)
+        if mates:
+            by_id = {m.id: m for m in mates}
+            for f in pool:
+                for m_id in mate_ids.intersection(f.verdicts):
+                    known.setdefault(f.id, []).append(by_id[m_id])
         inherited: dict[str, Verdict] = {}
         open_: list[Fact] = []
         for old in pool:
-            if not _may_concern(old, sources, targets, probe.relation, old.id in related):
+            if old.id in mate_ids or not _may_concern(old, sources, targets, probe.relation, old.id in related):
                 continue
-            if not invalidation.overlaps_as_stated(probe, old) or old in mates:
+            if not invalidation.overlaps_as_stated(probe, old):
                 continue
             if single and old.relation == probe.relation:
                 continue  # a single-valued relation: the ontology decides
-            carried = [v for m in mates if (v := invalidation.verdict_between(m, old)) is not None]
+            carried = [v for m in known.get(old.id, ()) if (v := invalidation.verdict_between(m, old)) is not None]
             if carried:
-                inherited[old.id] = min(carried, key=_STRENGTH.index)
-            elif together.intersection(old.episodes):
-                inherited[old.id] = Verdict.COMPATIBLE
-            else:
+                strongest = min(carried, key=_STRENGTH.index)
+                if strongest is not Verdict.COMPATIBLE:  # "compatible" is what no verdict means: not copied
+                    inherited[old.id] = strongest
+            elif not together.intersection(old.episodes):
                 open_.append(old)
         # One question per statement (restatements share the verdict), the closest statements first.
         statements: dict[tuple[str, ...], list[Fact]] = {}

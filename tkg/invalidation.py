@@ -33,11 +33,10 @@ overlap the new fact's -- superseded facts included, so that a late-arriving fac
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
-from tkg.models import Fact, Verdict
+from tkg.models import Fact, Verdict, evolve
 
 #: The end given to a restatement whose start is unknown (an empty interval before every real date).
 _NEVER = datetime(1, 1, 2, tzinfo=UTC)
@@ -58,9 +57,7 @@ def as_stated(fact: Fact) -> Fact:
     """The fact as it was stated: its own interval, not superseded."""
     if fact.invalidated_by is None and fact.expired_at is None:
         return fact
-    return dataclasses.replace(
-        fact, invalid_at=own_end(fact), expired_at=None, invalidated_by=None, prior_invalid_at=None
-    )
+    return evolve(fact, invalid_at=own_end(fact), expired_at=None, invalidated_by=None, prior_invalid_at=None)
 
 
 def same_pair(a: Fact, b: Fact) -> bool:
@@ -128,11 +125,11 @@ def verdict_between(a: Fact, b: Fact) -> Verdict | None:
     """The LLM's verdict on the pair, whichever of the two holds it (a ``same`` verdict only counts for the same
     two entities)."""
     found = a.verdicts.get(b.id) or b.verdicts.get(a.id)
-    if found is not None:
-        found = Verdict(found)
-    if found is Verdict.SAME and not same_pair(a, b):
+    if found is None:
+        return None
+    if found == Verdict.SAME and not same_pair(a, b):
         return Verdict.COMPATIBLE
-    return found
+    return Verdict(found)
 
 
 class _Classes:
@@ -158,14 +155,13 @@ class _Classes:
 def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> tuple[_Classes, set[tuple[str, str]]]:
     """The statement of each fact (classes) and the contradicting pairs of statements (roots, both orders)."""
     classes = _Classes(f.id for f in facts)
-    by_slot: dict[tuple[str, str, str], list[Fact]] = {}
-    for fact in facts:
-        by_slot.setdefault((fact.source_id, fact.relation, fact.target_id), []).append(fact)
-    for group in by_slot.values():
-        for i, a in enumerate(group):
-            for b in group[i + 1 :]:
-                if same_statement(a, b, single_valued):
-                    classes.union(a.id, b.id)
+    by_statement: dict[tuple[str, ...], list[str]] = {}
+    for fact in facts:  # the deterministic half of same_statement(), grouped instead of compared pairwise
+        key = (fact.source_id, fact.relation, fact.target_id)
+        by_statement.setdefault(key if single_valued(fact.relation) else statement_key(fact), []).append(fact.id)
+    for ids in by_statement.values():
+        for other in ids[1:]:
+            classes.union(ids[0], other)
     pairs: list[tuple[str, str]] = []
     known = {f.id: f for f in facts}
     for fact in facts:
@@ -174,9 +170,9 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
             if other is None:
                 continue
             found = verdict_between(fact, other)
-            if found is Verdict.SAME:
+            if found == Verdict.SAME:
                 classes.union(fact.id, other_id)
-            elif found is Verdict.CONTRADICTS:
+            elif found == Verdict.CONTRADICTS:
                 pairs.append((fact.id, other_id))
     by_subject: dict[tuple[str, str], list[Fact]] = {}
     for fact in facts:
@@ -255,7 +251,7 @@ def _holds_at(fact: Fact, start: datetime | None) -> bool:
 def _superseded(fact: Fact, end: datetime, by: Fact) -> Fact:
     if fact.valid_at is not None and end < fact.valid_at:
         end = fact.valid_at
-    return dataclasses.replace(
+    return evolve(
         fact, invalid_at=end, invalidated_by=by.id, prior_invalid_at=fact.invalid_at, expired_at=fact.created_at
     )
 
@@ -264,10 +260,10 @@ def _stamped(new: Fact, old: Fact, now: datetime) -> Fact:
     """``new`` with its transaction time: a supersession the store already records keeps its ``expired_at``; a
     new one is learnt ``now``; a fact no longer superseded has none."""
     if new.invalidated_by is None:
-        return dataclasses.replace(new, expired_at=None) if new.expired_at is not None else new
+        return evolve(new, expired_at=None) if new.expired_at is not None else new
     same = old.invalidated_by == new.invalidated_by and old.invalid_at == new.invalid_at and old.expired_at is not None
     expired = old.expired_at if same else max(now, new.created_at)
-    return dataclasses.replace(new, expired_at=expired)
+    return evolve(new, expired_at=expired)
 
 
 def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> list[Fact]:
@@ -277,7 +273,7 @@ def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callab
     by_slot: dict[tuple[str, ...], list[str]] = {}
     for fact in facts:
         for other, verdict in fact.verdicts.items():
-            if other in links and Verdict(verdict) is not Verdict.COMPATIBLE:
+            if verdict != Verdict.COMPATIBLE and other in links:
                 links[fact.id].add(other)
                 links[other].add(fact.id)
         if single_valued(fact.relation):  # one slot: every object contradicts every other

@@ -375,7 +375,18 @@ class Membership(_Record):
         self._set("created_at", to_utc(self.created_at, "created_at"))
 
 
+def evolve(record: Fact, **changes: Any) -> Fact:
+    """A copy of a fact with some fields changed, without validating it again: for values derived from valid
+    records on hot paths (truth maintenance), where :func:`dataclasses.replace` re-runs every check."""
+    copy = object.__new__(Fact)
+    for name in _FACT_FIELDS:
+        object.__setattr__(copy, name, changes[name] if name in changes else getattr(record, name))
+    return copy
+
+
 Record: TypeAlias = Episode | Entity | Fact | Community | Mention | Membership
+
+_FACT_FIELDS = tuple(f.name for f in dataclasses.fields(Fact))
 
 RECORD_TYPES: dict[Kind, type[Record]] = {
     Kind.EPISODE: Episode,
