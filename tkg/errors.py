@@ -87,5 +87,10 @@ class SnapshotVersionError(SnapshotError):
     """The snapshot was written by a newer tkg whose format this version cannot read."""
 
 
+class JournalError(SnapshotError):
+    """The write-ahead journal beside a snapshot cannot be written, or is damaged where it cannot be repaired
+    (a torn tail is repaired on open, not raised)."""
+
+
 class BackendError(TkgError):
     """A storage backend failed, or was asked for something it does not support."""

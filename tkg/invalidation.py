@@ -160,8 +160,8 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
         key = (fact.source_id, fact.relation, fact.target_id)
         by_statement.setdefault(key if single_valued(fact.relation) else statement_key(fact), []).append(fact.id)
     for ids in by_statement.values():
-        for other in ids[1:]:
-            classes.union(ids[0], other)
+        for member in ids[1:]:
+            classes.union(ids[0], member)
     pairs: list[tuple[str, str]] = []
     known = {f.id: f for f in facts}
     for fact in facts:

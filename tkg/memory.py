@@ -24,6 +24,7 @@ from tkg.errors import (
 )
 from tkg.ingest import EpisodeResult, Ingestor, RemovalResult
 from tkg.inputs import EpisodeInput, FactInput, make_episode, structured_facts
+from tkg.journal import JournalPolicy
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.schema import GraphExtraction
@@ -99,6 +100,7 @@ class Memory(MemoryReads):
         self._search_default = TargetConfig(
             limit=self._config.search_limit, candidate_factor=self._config.candidate_factor, rrf_k=self._config.rrf_k
         )
+        self._files: persistence.DurableFiles | None = None
         self._check_ontology()
 
     # ------------------------------------------------------------------------------------------------------
@@ -530,7 +532,11 @@ class Memory(MemoryReads):
     # snapshots
     def save(self, path: str | Path) -> int:
         """Write the whole memory to one msgpack file, atomically: the previous file at ``path`` is replaced only
-        by a file that has been read back and checked. Returns the file size in bytes."""
+        by a file that has been read back and checked. Returns the file size in bytes. For a memory opened with
+        :meth:`open`, saving to its own file is :meth:`compact`."""
+        if self._files is not None and Path(path).resolve() == self._files.path.resolve():
+            self.compact()
+            return self._files.path.stat().st_size
         meta = {"embedder": self._embedder.name, "dim": self._embedder.dim, "saved_at": self._clock.now().isoformat()}
         # Under the read lock: the snapshot reads each kind and the indexes separately, and a write in between
         # would leave a file whose facts name entities it does not hold.
@@ -550,6 +556,63 @@ class Memory(MemoryReads):
         check_embedder: bool = True,
         ontology: Ontology | None = None,
     ) -> Memory:
-        """Open a snapshot into a new memory (a fresh in-memory store unless an empty ``store`` is given)."""
+        """A new memory holding what the snapshot at ``path`` holds, and what its journal holds after it (a fresh
+        in-memory store unless an empty ``store`` is given). Nothing is kept open: later writes are not saved
+        unless :meth:`save` is called; :meth:`open` keeps them durable."""
         filled = persistence.load_snapshot(path, embedder, store, check_embedder=check_embedder)
         return cls(filled, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        embedder: Embedder,
+        llm: LLMClient | None = None,
+        clock: Clock | None = None,
+        config: MemoryConfig | None = None,
+        ontology: Ontology | None = None,
+        check_embedder: bool = True,
+        durability: JournalPolicy | None = None,
+        create: bool = True,
+    ) -> Memory:
+        """A durable embedded memory kept in the files at ``path``: the snapshot (if there is one yet) and the
+        write-ahead journal beside it (``path.journal.NNNNNN``). Every write is on disk before the call that made
+        it returns (see :class:`tkg.journal.JournalPolicy` for the sync policy); past a size the journal is folded
+        into a new snapshot in the background (:meth:`compact`). After a crash, open it again: every acknowledged
+        write is there, and a write torn by the crash is cut off whole. ``create=False``: the files must exist.
+        Call :meth:`close` (or use ``with``) when done.
+
+        >>> import tempfile, os
+        >>> from tkg import HashEmbedder
+        >>> folder = tempfile.mkdtemp()
+        >>> with Memory.open(os.path.join(folder, "m.tkg"), embedder=HashEmbedder()) as memory:
+        ...     _ = memory.add_facts([FactInput("Ann", "LIKES", "Tea")], group_id="g")
+        >>> Memory.open(os.path.join(folder, "m.tkg"), embedder=HashEmbedder()).stats(["g"])["records"]["fact"]
+        1
+        """
+        files = persistence.DurableFiles.open(
+            path, embedder, check_embedder=check_embedder, policy=durability, create=create
+        )
+        memory = cls(files.store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
+        memory._files = files
+        files.bind(memory._locks)
+        return memory
+
+    def compact(self) -> None:
+        """Fold the journal of a memory opened with :meth:`open` into a new snapshot now, and wait for it (writes
+        go on meanwhile). A memory without files has nothing to compact."""
+        if self._files is not None:
+            self._files.compact(wait=True)
+
+    def close(self) -> None:
+        """Finish a background compaction and close the journal of a memory opened with :meth:`open` (its writes
+        are on disk already). The memory must not be written to afterwards."""
+        if self._files is not None:
+            self._files.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

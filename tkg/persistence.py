@@ -1,17 +1,36 @@
-"""Where a memory lives between processes: snapshots of the whole memory (:mod:`tkg.snapshot`) opened into a
-store, and written from one."""
+"""Where a memory lives between processes, and what is durable when.
+
+* :func:`load_snapshot` (:meth:`tkg.Memory.load`): the snapshot file, then whatever its journal holds after it,
+  into a store; nothing is kept open.
+* :class:`DurableFiles` (:meth:`tkg.Memory.open`): the same, and from then on every committed write is appended to
+  the journal (:mod:`tkg.journal`) before it is applied: an acknowledged write survives a crash. Past a size
+  threshold the journal is compacted: the segments written so far are closed (an instant, under the write lock),
+  and a new snapshot holding everything up to them is built from the old snapshot and those segments, in a
+  background thread, on a separate store: writers are never blocked by it. The new snapshot replaces the old one
+  atomically (read back and verified first) and only then are the segments it holds deleted; a crash at any
+  point leaves a snapshot and the segments after it, which open gives back whole.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from tkg import snapshot
 from tkg.embedders.base import Embedder
 from tkg.errors import BackendError, ConfigurationError
+from tkg.journal import Journal, JournalPolicy, ReadReport, read_segments, segment_paths
+from tkg.locks import MemoryLocks
 from tkg.models import Kind
 from tkg.storage import Store
+
+log = logging.getLogger(__name__)
 
 
 def save_snapshot(store: Store, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> int:
@@ -19,29 +38,209 @@ def save_snapshot(store: Store, path: str | os.PathLike[str], meta: Mapping[str,
     return snapshot.save(store, path, meta)
 
 
+def _check_meta(path: str | os.PathLike[str], meta: Mapping[str, Any], embedder: Embedder, check: bool) -> None:
+    if meta.get("dim") != embedder.dim:
+        raise ConfigurationError(
+            f"snapshot {path} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d"
+        )
+    if check and meta.get("embedder") != embedder.name:
+        raise ConfigurationError(
+            f"snapshot {path} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
+            "pass the same embedder, or check_embedder=False to mix them knowingly"
+        )
+
+
+def _empty_store(store: Store | None, embedder: Embedder) -> Store:
+    if store is None:
+        from tkg.backends.memory import InMemoryStore
+
+        store = InMemoryStore(dim=embedder.dim)
+    if store.dim != embedder.dim:
+        raise ConfigurationError(f"the store holds {store.dim}-d vectors; the embedder makes {embedder.dim}-d")
+    if any(store.count(kind) for kind in Kind):
+        raise BackendError("Memory.load() needs an empty store; the one given holds records")
+    return store
+
+
+@dataclass(slots=True)
+class OpenReport:
+    """What opening a memory's files found."""
+
+    snapshot: bool = False
+    #: The sequence number of the last journalled batch the snapshot holds.
+    snapshot_seq: int = 0
+    #: Batches replayed from the journal after the snapshot.
+    replayed: int = 0
+    #: Bytes cut off a torn journal tail (a crash mid-append), and the segment they were in.
+    cut_bytes: int = 0
+    cut_segment: str = ""
+    removed_temporaries: list[str] = field(default_factory=list)
+
+
+def _fill(
+    path: Path, embedder: Embedder, store: Store | None, check_embedder: bool, repair: bool, upto: int | None = None
+) -> tuple[Store, OpenReport, ReadReport]:
+    """The snapshot at ``path`` (if any) and its journal's later batches (up to ``upto`` when given), into an
+    empty store."""
+    report = OpenReport(removed_temporaries=[str(p) for p in snapshot.remove_stale_temporaries(path)])
+    journal = read_segments(path, repair=repair)
+    if path.exists():
+        with snapshot.open_snapshot(path) as opened:
+            _check_meta(path, opened.meta, embedder, check_embedder)
+            store = _empty_store(store, embedder)
+            opened.restore_into(store)
+            report.snapshot = True
+            report.snapshot_seq = int(opened.meta.get("journal_seq", 0))
+    elif journal.entries or segment_paths(path):
+        store = _empty_store(store, embedder)
+    else:
+        raise snapshot.SnapshotError(f"snapshot {path} does not exist")
+    for entry in journal.entries:
+        if entry.seq > report.snapshot_seq and (upto is None or entry.seq <= upto):
+            store.write(entry.batch)
+            report.replayed += 1
+    report.cut_bytes, report.cut_segment = journal.cut_bytes, journal.cut_segment
+    if journal.cut_bytes:
+        log.warning(
+            "the journal of %s ended in a torn write (a crash mid-append): %d bytes cut from %s; every whole batch "
+            "before it was kept",
+            path,
+            journal.cut_bytes,
+            journal.cut_segment,
+        )
+    return store, report, journal
+
+
 def load_snapshot(
     path: str | os.PathLike[str], embedder: Embedder, store: Store | None = None, *, check_embedder: bool = True
 ) -> Store:
-    """The store filled from the snapshot at ``path`` (a fresh in-memory store unless an empty ``store`` is
-    given), after checking that ``embedder`` made its vectors. Nothing is changed if a check fails."""
-    with snapshot.open_snapshot(path) as opened:
-        meta = opened.meta
-        if meta.get("dim") != embedder.dim:
-            raise ConfigurationError(
-                f"snapshot {path} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d"
-            )
-        if check_embedder and meta.get("embedder") != embedder.name:
-            raise ConfigurationError(
-                f"snapshot {path} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
-                "pass the same embedder, or check_embedder=False to mix them knowingly"
-            )
-        if store is None:
-            from tkg.backends.memory import InMemoryStore
+    """The store filled from the snapshot at ``path`` and the journal beside it, if any (a fresh in-memory store
+    unless an empty ``store`` is given), after checking that ``embedder`` made its vectors. Nothing is changed on
+    disk, and nothing is kept open."""
+    filled, _, _ = _fill(Path(path), embedder, store, check_embedder, repair=False)
+    return filled
 
-            store = InMemoryStore(dim=embedder.dim)
-        if store.dim != embedder.dim:
-            raise ConfigurationError(f"the store holds {store.dim}-d vectors; the embedder makes {embedder.dim}-d")
-        if any(store.count(kind) for kind in Kind):
-            raise BackendError("Memory.load() needs an empty store; the one given holds records")
-        opened.restore_into(store)
-    return store
+
+class DurableFiles:
+    """The snapshot and journal of a memory opened with :meth:`tkg.Memory.open` (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: Path,
+        embedder: Embedder,
+        store: Store,
+        journal: Journal,
+        policy: JournalPolicy,
+        report: OpenReport,
+        check_embedder: bool,
+    ) -> None:
+        self.path = path
+        self.embedder = embedder
+        self.store = store
+        self.journal = journal
+        self.policy = policy
+        self.report = report
+        self._check_embedder = check_embedder
+        self._locks: MemoryLocks | None = None
+        self._compacting = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self.last_error: BaseException | None = None
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        embedder: Embedder,
+        *,
+        store: Store | None = None,
+        check_embedder: bool = True,
+        policy: JournalPolicy | None = None,
+        create: bool = True,
+    ) -> DurableFiles:
+        target = Path(path)
+        if not target.parent.is_dir():
+            raise snapshot.SnapshotError(f"cannot open {target}: directory {target.parent} does not exist")
+        policy = policy or JournalPolicy()
+        if not target.exists() and not segment_paths(target):
+            if not create:
+                raise snapshot.SnapshotError(f"snapshot {target} does not exist")
+            filled, report, journal_read = _empty_store(store, embedder), OpenReport(), ReadReport()
+        else:
+            filled, report, journal_read = _fill(target, embedder, store, check_embedder, repair=True)
+        if not filled.journals:
+            raise ConfigurationError(
+                f"{type(filled).__name__} persists its own writes; open it with Memory(store=...), not Memory.open()"
+            )
+        last = max([report.snapshot_seq, *(e.seq for e in journal_read.entries)], default=0)
+        covered = [n for n, seq in journal_read.last_seq.items() if seq and seq <= report.snapshot_seq]
+        journal = Journal(target, last + 1, policy)
+        if covered:  # segments a finished compaction did not get to delete
+            journal.drop_through(max(covered))
+        files = cls(target, embedder, filled, journal, policy, report, check_embedder)
+        journal.on_grow = files._grew
+        filled.attach_journal(journal)
+        return files
+
+    def bind(self, locks: MemoryLocks) -> None:
+        """The locks of the memory these files belong to (compaction takes its write lock for the switch)."""
+        self._locks = locks
+
+    def _grew(self, size: int) -> None:
+        if self.policy.compact_bytes and size >= self.policy.compact_bytes:
+            self.compact(wait=False)
+
+    def compact(self, *, wait: bool = True) -> bool:
+        """Fold the journal into a new snapshot (see the module docstring). Returns False if a compaction was
+        already running (``wait=False``). With ``wait``, raises what the compaction raised."""
+        if not self._compacting.acquire(blocking=wait):
+            return False
+        try:
+            locks = self._locks or MemoryLocks()
+            with locks.write():  # the switch: new writes go to a fresh segment
+                closed, upto = self.journal.rotate()
+        except BaseException:
+            self._compacting.release()
+            raise
+        if wait:
+            try:
+                self._fold(closed, upto)
+            finally:
+                self._compacting.release()
+            return True
+
+        def work() -> None:
+            try:
+                self._fold(closed, upto)
+            except BaseException as exc:  # the files are intact: the next compaction tries again
+                self.last_error = exc
+                log.exception("compaction of %s failed; the journal keeps every write", self.path)
+            finally:
+                self._compacting.release()
+
+        self._worker = threading.Thread(target=work, name="tkg-compact", daemon=True)
+        self._worker.start()
+        return True
+
+    def _fold(self, closed: int, upto: int) -> None:
+        """A snapshot holding every batch up to ``upto``, built apart from the live store, then the old segments
+        deleted."""
+        replica, _, _ = _fill(self.path, self.embedder, None, self._check_embedder, repair=False, upto=upto)
+        meta = {
+            "embedder": self.embedder.name,
+            "dim": self.embedder.dim,
+            "saved_at": datetime.now(UTC).isoformat(),
+            "journal_seq": upto,
+        }
+        snapshot.save(replica, self.path, meta)
+        self.journal.drop_through(closed)
+
+    def wait(self) -> None:
+        """Wait for a background compaction to finish."""
+        worker = self._worker
+        if worker is not None:
+            worker.join()
+
+    def close(self) -> None:
+        self.wait()
+        self.store.attach_journal(None)
+        self.journal.close()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,9 @@ import numpy.typing as npt
 from tkg.errors import BackendError
 from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector
 from tkg.timeline import Scope
+
+if TYPE_CHECKING:
+    from tkg.journal import Journal
 
 #: Dependency order of the kinds: endpoints before the edges that point to them.
 KIND_ORDER = (Kind.EPISODE, Kind.ENTITY, Kind.COMMUNITY, Kind.FACT, Kind.MENTION, Kind.MEMBERSHIP)
@@ -130,6 +133,9 @@ class Store(abc.ABC):
     #: :meth:`export_indexes` and :meth:`restore` carry the backend's search indexes through a snapshot, so a
     #: load does not rebuild them.
     persists_indexes: ClassVar[bool] = False
+    #: The store keeps nothing between processes itself and can append every committed batch to a write-ahead
+    #: journal (:meth:`attach_journal`); :meth:`tkg.Memory.open` makes it durable that way.
+    journals: ClassVar[bool] = False
 
     #: The vector dimension this store was opened with (every vector put must have it).
     dim: int
@@ -235,6 +241,11 @@ class Store(abc.ABC):
         not). Returns a report of what was reused and what rebuilt. The default loads the records."""
         self.load(records)
         return {}
+
+    def attach_journal(self, journal: Journal | None) -> None:
+        """From now on, append every committed batch to ``journal`` before applying it (None: stop). Only a
+        store that declares :attr:`journals`; others persist themselves."""
+        raise BackendError(f"{type(self).__name__} persists its own writes; it takes no journal")
 
     def flush(self) -> None:
         """Fold pending index work into the bulk indexes now (a long-running memory does it on its own)."""

@@ -14,17 +14,20 @@ restores them instead of rebuilding them.
 from __future__ import annotations
 
 import bisect
+import functools
+import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.integrity import check_write
+from tkg.journal import Journal
 from tkg.models import VECTOR_FIELD, Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector, search_text
 from tkg.names import normalize_name
 from tkg.storage import Hit, IndexExport, RecordSet, Sections, Store, WriteBatch
@@ -35,6 +38,20 @@ from . import persist
 from .tables import MAX, MIN, Table, micros_or
 from .text import TextIndex
 from .vectors import Mask, VectorIndex
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """Run ``method`` holding the store's lock."""
+
+    @functools.wraps(method)
+    def locked(self: InMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
 
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
@@ -49,6 +66,7 @@ class InMemoryStore(Store):
     """
 
     persists_indexes: ClassVar[bool] = True
+    journals: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -77,6 +95,10 @@ class InMemoryStore(Store):
         }
         self._texts = {kind: TextIndex(self._text_source(kind)) for kind in _TEXT_KINDS}
         self._restored: dict[str, Any] = {}  # what the last snapshot restore reused or rebuilt
+        # Every call holds this lock: the store is safe to share between threads on its own (tkg.Memory adds a
+        # readers-writer lock above it, so its readers wait here only for each other's short critical sections).
+        self._lock = threading.RLock()
+        self._journal: Journal | None = None
         self._group_codes: dict[str, int] = {}
         self._relation_codes: dict[str, int] = {}
         self._masks: dict[tuple[Kind, Scope], tuple[int, int, int, Mask]] = {}  # key -> version, lo, hi, mask
@@ -92,8 +114,11 @@ class InMemoryStore(Store):
 
     # ------------------------------------------------------------------------------------------------------
     # writes
+    @_locked
     def write(self, batch: WriteBatch) -> None:
         prepared = self._validate(batch)
+        if self._journal is not None and batch:
+            self._journal.append(batch)  # on disk before it is applied: a failed append changes nothing
         for record, vector in prepared:
             self._put(record, vector)
         for kind, record_id in batch.deletes:
@@ -231,24 +256,30 @@ class InMemoryStore(Store):
 
     # ------------------------------------------------------------------------------------------------------
     # reads
+    @_locked
     def get(self, kind: Kind, ids: Sequence[str]) -> list[Record | None]:
         table = self._tables[Kind(kind)]
         return [table.get(i) for i in ids]
 
     def scan(self, kind: Kind, group_ids: frozenset[str] | None = None) -> Iterator[Record]:
-        for record in list(self._tables[Kind(kind)].records):
+        with self._lock:
+            records = list(self._tables[Kind(kind)].records)  # a copy: writes during iteration do not disturb it
+        for record in records:
             if record is not None and (group_ids is None or record.group_id in group_ids):
                 yield record
 
+    @_locked
     def count(self, kind: Kind, group_ids: frozenset[str] | None = None) -> int:
         table = self._tables[Kind(kind)]
         if group_ids is None:
             return table.live
         return int(np.count_nonzero(self._mask(Kind(kind), Scope(group_ids, _FAR_FUTURE, None))))
 
+    @_locked
     def groups(self) -> set[str]:
         return set(self._group_counts)
 
+    @_locked
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)
         index = self._vectors.get(kind)
@@ -258,6 +289,7 @@ class InMemoryStore(Store):
         mask = self._mask(kind, scope)
         return self._hits(kind, index.search(query, k, mask))
 
+    @_locked
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)
         index = self._texts.get(kind)
@@ -311,6 +343,7 @@ class InMemoryStore(Store):
         records = self._tables[kind].records
         return [Hit(records[slot].id, score) for slot, score in found]  # type: ignore[union-attr]
 
+    @_locked
     def entities_by_name(self, group_id: str, names: Sequence[str]) -> dict[str, list[Entity]]:
         table = self._tables[Kind.ENTITY]
         out: dict[str, list[Entity]] = {}
@@ -321,6 +354,7 @@ class InMemoryStore(Store):
                 out[key] = sorted((table.get(i) for i in ids), key=lambda e: table.slot_of[e.id])  # type: ignore
         return out
 
+    @_locked
     def facts_of(self, entity_ids: Sequence[str], scope: Scope | None = None) -> list[Fact]:
         table = self._tables[Kind.FACT]
         ids = set().union(*(self._adjacent.get(e, ()) for e in entity_ids)) if entity_ids else set()
@@ -330,6 +364,7 @@ class InMemoryStore(Store):
         admitted = self._mask(Kind.FACT, scope)  # the cached scope mask: no per-fact Python time checks
         return [table.records[s] for s in slots if admitted[s]]  # type: ignore[misc]
 
+    @_locked
     def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:
         entities = self._tables[Kind.ENTITY]
         facts = self._tables[Kind.FACT]
@@ -359,6 +394,7 @@ class InMemoryStore(Store):
                     queue.append(other)
         return hops
 
+    @_locked
     def mentions(
         self, episode_ids: Sequence[str] | None = None, entity_ids: Sequence[str] | None = None
     ) -> list[Mention]:
@@ -376,6 +412,7 @@ class InMemoryStore(Store):
         found = [table.get(f"{ep}>{en}") for ep, en in pairs]
         return sorted((m for m in found if isinstance(m, Mention)), key=lambda m: table.slot_of[m.id])
 
+    @_locked
     def memberships(
         self, community_ids: Sequence[str] | None = None, entity_ids: Sequence[str] | None = None
     ) -> list[Membership]:
@@ -392,17 +429,20 @@ class InMemoryStore(Store):
         found = [table.get(f"{c}>{e}") for c, e in pairs]
         return sorted((m for m in found if isinstance(m, Membership)), key=lambda m: table.slot_of[m.id])
 
+    @_locked
     def episode_facts(self, episode_id: str) -> list[Fact]:
         table = self._tables[Kind.FACT]
         ids = self._episode_facts.get(episode_id, ())
         return [table.records[s] for s in sorted(table.slot_of[i] for i in ids)]  # type: ignore[misc]
 
+    @_locked
     def recent_episodes(self, group_id: str, before: datetime, n: int) -> list[Episode]:
         timeline = self._timeline.get(group_id, [])
         end = bisect.bisect_right(timeline, (to_micros(before), MAX))
         records = self._tables[Kind.EPISODE].records
         return [records[slot] for _, slot in timeline[max(0, end - n) : end]]  # type: ignore[misc]
 
+    @_locked
     def episode_window(self, episode_id: str, before: int, after: int) -> list[Episode]:
         episode = self._tables[Kind.EPISODE].get(episode_id)
         if not isinstance(episode, Episode):
@@ -415,6 +455,7 @@ class InMemoryStore(Store):
 
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance
+    @_locked
     def flush(self) -> None:
         """Fold fresh items into the bulk indexes now (normally this happens in batches on its own)."""
         for vectors in self._vectors.values():
@@ -422,6 +463,7 @@ class InMemoryStore(Store):
         for text in self._texts.values():
             text.rebuild()
 
+    @_locked
     def stats(self) -> dict[str, Any]:
         return {
             "records": {kind.value: table.live for kind, table in self._tables.items()},
@@ -431,6 +473,10 @@ class InMemoryStore(Store):
             "memory": self.memory_breakdown(),
         }
 
+    def attach_journal(self, journal: Journal | None) -> None:
+        self._journal = journal
+
+    @_locked
     def load(self, records: Iterable[Record]) -> None:
         """Bulk-load records into an empty store: one batched index build instead of many adds."""
         if any(t.live for t in self._tables.values()):
@@ -449,9 +495,11 @@ class InMemoryStore(Store):
 
     # ------------------------------------------------------------------------------------------------------
     # snapshots: this backend's own sections (the format is in .persist)
+    @_locked
     def export_indexes(self) -> IndexExport:
         return persist.export_indexes(self)
 
+    @_locked
     def restore(self, records: RecordSet, sections: Sections | None) -> dict[str, Any]:
         return persist.restore(self, records, sections)
 

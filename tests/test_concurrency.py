@@ -1,0 +1,164 @@
+"""Threads hammering one memory (issue 15): writers, removals, searches and the doors' reads at once, then the
+invariants over every record, and a snapshot of the end state that loads back equal."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg.errors import NotFoundError, ValidationError
+from tkg.llm import LLMPolicy
+from tkg.llm.rules import RulesLLM
+from tkg.models import Entity, Episode, Fact, Membership, Mention
+from tkg.ontology import Ontology, RelationType
+from tkg.storage import Store
+
+EMB = HashEmbedder(dim=32)
+PEOPLE = ["Ann", "Bob", "Cy", "Dee"]
+CITIES = ["Paris", "Rome", "Oslo", "Lima", "Kyiv"]
+SECONDS = 3.0
+
+
+def new_memory(store: Store | None = None) -> Memory:
+    return Memory(
+        store,
+        embedder=EMB,
+        llm=RulesLLM(),
+        clock=FixedClock("2024-01-01T00:00:00Z", tick=__import__("datetime").timedelta(seconds=1)),
+        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0)),
+        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
+    )
+
+
+def check_invariants(memory: Memory) -> None:
+    entities = {e.id for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+    episodes = {e.id for e in memory.records(Kind.EPISODE) if isinstance(e, Episode)}
+    facts = [f for f in memory.records(Kind.FACT) if isinstance(f, Fact)]
+    ids = {f.id for f in facts}
+    for f in facts:
+        assert {f.source_id, f.target_id} <= entities and set(f.episodes) <= episodes and f.episodes
+        assert (f.expired_at is None) == (f.invalidated_by is None)
+        assert f.invalidated_by is None or f.invalidated_by in ids
+    for m in memory.records(Kind.MENTION):
+        assert isinstance(m, Mention) and m.episode_id in episodes and m.entity_id in entities
+    communities = {c.id for c in memory.records(Kind.COMMUNITY)}
+    for m in memory.records(Kind.MEMBERSHIP):
+        assert isinstance(m, Membership) and m.community_id in communities and m.entity_id in entities
+    homes: dict[str, list[Fact]] = {}
+    for f in facts:
+        if f.relation == "LIVES_IN":
+            homes.setdefault(f.source_id, []).append(f)
+    for held in homes.values():  # one home at a time, over every fact
+        for i, a in enumerate(held):
+            for b in held[i + 1 :]:
+                if a.target_id != b.target_id and a.valid_at and b.valid_at:
+                    end_a, end_b = a.invalid_at, b.invalid_at
+                    assert not ((end_b is None or a.valid_at < end_b) and (end_a is None or b.valid_at < end_a))
+
+
+def test_threads_hammering_one_memory_keep_every_invariant(make_store: Callable[[int], Store], tmp_path: Path) -> None:
+    memory = new_memory(make_store(EMB.dim))
+    memory.add_episode("Ann: I LIVES_IN Paris since 2010.", group_id="g")
+    stop = time.monotonic() + SECONDS
+    errors: list[BaseException] = []
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def loop(name: str, step: Callable[[random.Random], Any]) -> None:
+        rng = random.Random(name)
+        done = 0
+        try:
+            while time.monotonic() < stop:
+                # a record another thread removed meanwhile: the answer a caller gets
+                with contextlib.suppress(NotFoundError, ValidationError):
+                    step(rng)
+                done += 1
+        except BaseException as exc:
+            errors.append(exc)
+        with lock:
+            counts[name] = done
+
+    def episode(rng: random.Random) -> None:
+        who, city = rng.choice(PEOPLE), rng.choice(CITIES)
+        memory.add_episode(f"{who}: I LIVES_IN {city} since {rng.randint(2000, 2024)}.", group_id="g")
+
+    def facts(rng: random.Random) -> None:
+        memory.add_facts([FactInput(rng.choice(PEOPLE), "LIKES", rng.choice(CITIES))], group_id="g")
+
+    def remove(rng: random.Random) -> None:
+        found = memory.episodes("g")
+        if len(found) > 3:
+            memory.remove_episode(rng.choice(found).id)
+
+    def search(rng: random.Random) -> None:
+        memory.search(f"{rng.choice(PEOPLE)} lives in", group_ids="g", include_invalidated=rng.random() < 0.5)
+        memory.context(rng.choice(CITIES), group_ids="g", max_chars=500)
+
+    def doors(rng: random.Random) -> None:
+        memory.groups()
+        memory.stats("g")
+        memory.get_all("g", limit=5)
+        for entity in memory.find_entities(rng.choice(PEOPLE), group_ids="g"):
+            memory.facts_about(entity.id)
+            memory.neighbourhood(entity.id, depth=2)
+        ids = [e.id for e in memory.episodes("g")[-3:]]
+        memory.get_many(Kind.EPISODE, ids)
+        memory.records(Kind.FACT, "g")
+
+    def save(rng: random.Random) -> None:
+        memory.save(tmp_path / f"s{rng.randint(0, 1)}.tkg")
+
+    workers = {
+        "episode": episode,
+        "facts": facts,
+        "remove": remove,
+        "search": search,
+        "doors-1": doors,
+        "doors-2": doors,
+        "save": save,
+    }
+    threads = [threading.Thread(target=loop, args=(name, step)) for name, step in workers.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=SECONDS + 120)
+    assert not errors, errors
+    assert all(counts.get(name, 0) > 0 for name in workers), counts
+    check_invariants(memory)
+    path = tmp_path / "end.tkg"
+    memory.save(path)
+    loaded = Memory.load(path, embedder=EMB)
+    for kind in Kind:
+        assert sorted(r.id for r in loaded.records(kind)) == sorted(r.id for r in memory.records(kind))
+
+
+@pytest.mark.parametrize("writers", [2])
+def test_a_durable_memory_under_concurrent_writes_reopens_whole(tmp_path: Path, writers: int) -> None:
+    path = tmp_path / "m.tkg"
+    memory = Memory.open(path, embedder=EMB, config=MemoryConfig(communities=None))
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def write(n: int) -> None:
+        for i in range(40):
+            memory.add_facts([FactInput(f"W{n}P{i}", "LIKES", "Tea")], group_id="g")
+            with lock:
+                done.append(f"W{n}P{i} likes Tea")
+            if i % 13 == 0:
+                memory.compact()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reopened = Memory.open(path, embedder=EMB, config=MemoryConfig(communities=None))
+    assert {f.fact for f in reopened.records(Kind.FACT) if isinstance(f, Fact)} == set(done)

@@ -1,0 +1,356 @@
+"""The write-ahead journal of an embedded memory: every committed write, on disk before the call returns.
+
+A memory opened with :meth:`tkg.Memory.open` lives in two kinds of files beside each other: its snapshot
+(``mem.tkg``, :mod:`tkg.snapshot`) and journal segments (``mem.tkg.journal.000001``, ...). Every
+:class:`~tkg.storage.WriteBatch` the store commits is first appended to the newest segment, then applied; the
+snapshot's meta records the sequence number of the last batch it holds (``journal_seq``), so opening is: the
+snapshot, then every journalled batch after it, in order.
+
+Segment format (msgpack payloads, like the snapshot)::
+
+    magic (8 bytes) | format version (u16) | entry ...
+    entry = payload length (u32) | crc32 of the payload (u32) | payload (msgpack map: seq, puts, deletes)
+
+Puts are records in row form (:func:`tkg.codec.encode_record`, vectors as float32 bytes). A batch is whole or
+absent: a torn or corrupt entry at the end of the newest segment (a crash mid-append) is reported and cut off at
+the last whole batch; damage anywhere else is an error (:class:`tkg.errors.JournalError`), never guessed over.
+
+Durability (:class:`JournalPolicy`): by default every batch is flushed and ``fdatasync``-ed before the write
+returns (``sync="always"``: an acknowledged write survives a crash of the process or the machine). With
+``sync="interval"`` a helper thread syncs every ``interval`` seconds and writes return after the flush: faster,
+and a machine crash may lose the last interval's acknowledged writes (a process crash loses nothing: the OS
+holds the flushed bytes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+import msgpack
+
+from tkg.codec import decode_record, encode_record
+from tkg.errors import ConfigurationError, JournalError, TkgError
+from tkg.models import Kind
+from tkg.storage import WriteBatch
+
+MAGIC = b"\x89TKGJRN\n"
+FORMAT_VERSION = 1
+_HEAD = struct.Struct(">H")
+_ENTRY = struct.Struct(">II")  # payload length, crc32
+_MAX_ENTRY = 1 << 31
+
+
+@dataclass(frozen=True, slots=True)
+class JournalPolicy:
+    """How a journalled memory syncs and compacts.
+
+    ``sync``: ``"always"`` (each batch synced before the write returns) or ``"interval"`` (synced every
+    ``interval`` seconds by a helper thread). ``compact_bytes``: once the journal holds this many bytes, a new
+    snapshot is written in the background and the journal starts afresh (0: only on :meth:`tkg.Memory.compact`).
+    """
+
+    sync: Literal["always", "interval"] = "always"
+    interval: float = 0.05
+    compact_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        if self.sync not in ("always", "interval"):
+            raise ConfigurationError(f"JournalPolicy.sync must be 'always' or 'interval', not {self.sync!r}")
+        if not self.interval > 0:
+            raise ConfigurationError("JournalPolicy.interval must be positive")
+        if self.compact_bytes < 0:
+            raise ConfigurationError("JournalPolicy.compact_bytes must be >= 0")
+
+
+@dataclass(slots=True)
+class Entry:
+    """One journalled batch, decoded."""
+
+    seq: int
+    batch: WriteBatch
+
+
+@dataclass(slots=True)
+class ReadReport:
+    """What reading the journal found: the batches in order, and the bytes cut off a torn tail (0: none)."""
+
+    entries: list[Entry] = field(default_factory=list)
+    cut_bytes: int = 0
+    cut_segment: str = ""
+    #: Each segment's number and the last sequence number in it (0: none).
+    last_seq: dict[int, int] = field(default_factory=dict)
+
+
+def segment_paths(snapshot: Path) -> list[Path]:
+    """The journal segments of the snapshot at ``snapshot``, oldest first."""
+    prefix = f"{snapshot.name}.journal."
+    found = []
+    for candidate in snapshot.parent.glob(f"{prefix}*"):
+        suffix = candidate.name[len(prefix) :]
+        if suffix.isdigit() and len(suffix) == 6:
+            found.append((int(suffix), candidate))
+    return [path for _, path in sorted(found)]
+
+
+def _number_of(segment: Path) -> int:
+    return int(segment.name.rsplit(".", 1)[1])
+
+
+def _segment_path(snapshot: Path, number: int) -> Path:
+    return snapshot.parent / f"{snapshot.name}.journal.{number:06d}"
+
+
+def encode_batch(seq: int, batch: WriteBatch) -> bytes:
+    payload = {
+        "seq": seq,
+        "puts": [[r.kind.value, encode_record(r)] for r in batch.puts],
+        "deletes": [[Kind(kind).value, record_id] for kind, record_id in batch.deletes],
+    }
+    try:
+        body: bytes = msgpack.packb(payload, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise JournalError(f"cannot journal the write (a value msgpack cannot hold?): {exc}") from None
+    return _ENTRY.pack(len(body), zlib.crc32(body)) + body
+
+
+def _decode_batch(body: bytes) -> Entry:
+    data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    puts = [decode_record(Kind(kind), row) for kind, row in data["puts"]]
+    deletes = [(Kind(kind), str(record_id)) for kind, record_id in data["deletes"]]
+    return Entry(int(data["seq"]), WriteBatch(puts=puts, deletes=deletes))
+
+
+def read_segments(snapshot: Path, *, repair: bool) -> ReadReport:
+    """Every whole batch of the snapshot's journal, oldest first. A torn or corrupt tail of the newest segment is
+    cut off (``repair``: truncated on disk too). Raises :class:`JournalError` for damage anywhere else."""
+    report = ReadReport()
+    paths = segment_paths(snapshot)
+    for index, path in enumerate(paths):
+        newest = index == len(paths) - 1
+        before = len(report.entries)
+        try:
+            with open(path, "rb") as f:
+                good, cut = _read_segment(f, path, report.entries, newest)
+        except OSError as exc:
+            raise JournalError(f"cannot read the journal segment {path}: {exc}") from None
+        found = report.entries[before:]
+        report.last_seq[_number_of(path)] = found[-1].seq if found else 0
+        if cut:
+            report.cut_bytes, report.cut_segment = cut, path.name
+            if repair:
+                with open(path, "r+b") as f:
+                    f.truncate(good)
+                    f.flush()
+                    os.fsync(f.fileno())
+    seqs = [e.seq for e in report.entries]
+    if any(b <= a for a, b in itertools.pairwise(seqs)):
+        raise JournalError(f"the journal of {snapshot} is out of order (sequence numbers do not increase)")
+    return report
+
+
+def _read_segment(f: IO[bytes], path: Path, into: list[Entry], newest: bool) -> tuple[int, int]:
+    """Append the segment's whole entries to ``into``; returns (bytes of whole entries, bytes cut after them)."""
+    data = f.read()
+    head = len(MAGIC) + _HEAD.size
+    if len(data) < head and newest:
+        return 0, len(data)  # a segment whose header itself was torn: nothing was acknowledged in it
+    if data[: len(MAGIC)] != MAGIC:
+        raise JournalError(f"{path} is not a tkg journal segment (wrong magic bytes)")
+    (version,) = _HEAD.unpack_from(data, len(MAGIC))
+    if version > FORMAT_VERSION:
+        raise JournalError(f"{path} uses journal format {version}, newer than this tkg reads; upgrade tkg")
+    at = head
+    while at < len(data):
+        problem = ""
+        if at + _ENTRY.size > len(data):
+            problem = "an incomplete entry header"
+        else:
+            length, crc = _ENTRY.unpack_from(data, at)
+            body = data[at + _ENTRY.size : at + _ENTRY.size + length]
+            if len(body) < length:
+                problem = "an incomplete entry"
+            elif zlib.crc32(body) != crc:
+                problem = "a checksum mismatch"
+            else:
+                try:
+                    into.append(_decode_batch(body))
+                except (TkgError, ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+                    problem = f"an undecodable entry ({exc})"
+        if problem:
+            if not newest:
+                raise JournalError(
+                    f"the journal segment {path} is damaged at byte {at} ({problem}) and a newer segment follows; "
+                    "restore it from a backup, or move the segments from this one on aside to open what precedes"
+                )
+            return at, len(data) - at
+        at += _ENTRY.size + length
+    return at, 0
+
+
+class Journal:
+    """The open journal of one memory: appends batches to its newest segment (see the module docstring)."""
+
+    def __init__(self, snapshot: Path, next_seq: int, policy: JournalPolicy) -> None:
+        self.snapshot = snapshot
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._next_seq = next_seq
+        paths = segment_paths(snapshot)
+        self._number = _number_of(paths[-1]) if paths else 0
+        self._file: IO[bytes] | None = None
+        self._bytes = sum(p.stat().st_size for p in paths)
+        self._closed = False
+        self._dirty = threading.Event()
+        #: Called with the journal's size after each append (the owner starts a compaction past a threshold).
+        self.on_grow: Callable[[int], None] | None = None
+        self._syncer: threading.Thread | None = None
+        self._sync_error: BaseException | None = None
+        self._open_segment(new=not paths)
+        if policy.sync == "interval":
+            self._syncer = threading.Thread(target=self._sync_loop, name="tkg-journal-sync", daemon=True)
+            self._syncer.start()
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    @property
+    def size(self) -> int:
+        """Bytes in every segment not yet folded into a snapshot."""
+        return self._bytes
+
+    def _open_segment(self, *, new: bool) -> None:
+        if new:
+            self._number += 1
+        path = _segment_path(self.snapshot, self._number)
+        f = open(path, "ab")  # noqa: SIM115 - kept open for appends, closed by close()/rotate()
+        if f.tell() == 0:
+            f.write(MAGIC + _HEAD.pack(FORMAT_VERSION))
+            f.flush()
+            os.fsync(f.fileno())
+            self._bytes += len(MAGIC) + _HEAD.size
+            _sync_directory(self.snapshot.parent)
+        self._file = f
+
+    def append(self, batch: WriteBatch) -> int:
+        """Write ``batch`` at the end of the journal (synced per the policy) and return its sequence number.
+        Raises :class:`JournalError` if it cannot be written durably; then nothing of it counts."""
+        with self._lock:
+            if self._closed or self._file is None:
+                raise JournalError("the journal is closed; reopen the memory to write to it")
+            if self._sync_error is not None:
+                raise JournalError(f"the journal could not be synced to disk: {self._sync_error}")
+            seq = self._next_seq
+            entry = encode_batch(seq, batch)
+            if len(entry) >= _MAX_ENTRY:
+                raise JournalError("a single write is larger than the journal accepts (2 GiB)")
+            f = self._file
+            start = f.tell()
+            try:
+                f.write(entry)
+                f.flush()
+                if self.policy.sync == "always":
+                    os.fdatasync(f.fileno()) if hasattr(os, "fdatasync") else os.fsync(f.fileno())
+                else:
+                    self._dirty.set()
+            except OSError as exc:
+                try:  # leave no partial entry behind for the next append to follow
+                    f.truncate(start)
+                    f.seek(start)
+                except OSError:
+                    pass
+                raise JournalError(f"cannot append to the journal {f.name}: {exc}") from None
+            self._next_seq = seq + 1
+            self._bytes += len(entry)
+            size = self._bytes
+        if self.on_grow is not None:
+            self.on_grow(size)
+        return seq
+
+    def rotate(self) -> tuple[int, int]:
+        """Close the current segment and start the next one. Returns (number of the segment closed, last sequence
+        number written so far): a snapshot holding every batch up to that number replaces those segments."""
+        with self._lock:
+            if self._file is None:
+                raise JournalError("the journal is closed")
+            self._close_file()
+            closed = self._number
+            self._open_segment(new=True)
+            return closed, self._next_seq - 1
+
+    def drop_through(self, number: int) -> None:
+        """Delete the segments up to ``number`` (a snapshot now holds what they held)."""
+        with self._lock:
+            for path in segment_paths(self.snapshot):
+                if _number_of(path) <= number and _number_of(path) != self._number:
+                    size = path.stat().st_size
+                    path.unlink()
+                    self._bytes -= size
+            _sync_directory(self.snapshot.parent)
+
+    def sync(self) -> None:
+        """Everything appended so far on disk."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._close_file()
+        self._dirty.set()
+        if self._syncer is not None:
+            self._syncer.join(timeout=5)
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+    def _sync_loop(self) -> None:
+        while not self._closed:
+            self._dirty.wait()
+            self._dirty.clear()
+            if self._closed:
+                return
+            try:
+                with self._lock:
+                    if self._file is not None:
+                        os.fsync(self._file.fileno())
+            except OSError as exc:  # surfaced by the next append
+                self._sync_error = exc
+            threading.Event().wait(self.policy.interval)
+
+
+def _sync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def iter_after(report: ReadReport, seq: int) -> Iterator[Entry]:
+    """The journalled batches after sequence number ``seq`` (what a snapshot at ``seq`` lacks)."""
+    return (e for e in report.entries if e.seq > seq)
+
+
+__all__ = ["Entry", "Journal", "JournalPolicy", "ReadReport", "encode_batch", "read_segments", "segment_paths"]
