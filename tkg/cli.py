@@ -30,6 +30,7 @@ from tkg.config import MemoryConfig
 from tkg.embedders.base import Embedder
 from tkg.embedders.hashing import HashEmbedder
 from tkg.errors import ConfigurationError, TkgError, ValidationError
+from tkg.journal import segment_paths
 from tkg.llm.base import LLMClient
 from tkg.memory import FactInput, Memory
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
@@ -118,7 +119,7 @@ def _describe_llm(llm: LLMClient | None) -> str:
 
 def require_snapshot(path: Path) -> None:
     """Raise a helpful error when the snapshot a read-only command needs is missing."""
-    if not path.exists():
+    if not path.exists() and not segment_paths(path):
         raise ValidationError(
             f"snapshot {path} does not exist; create it with `tkg ingest FILE --snapshot {path}` "
             f"or `tkg demo --snapshot {path}`"
@@ -134,12 +135,18 @@ def check_target(path: Path) -> None:
         raise ValidationError(f"cannot save {path}: it is a directory")
 
 
-def open_memory(path: Path, embedder: Embedder, llm: LLMClient | None = None, *, create: bool = False) -> Memory:
-    """Load the snapshot at ``path``; with ``create``, a missing one gives an empty memory instead of an error."""
-    if create and not path.exists():
-        return Memory(embedder=embedder, llm=llm)
-    require_snapshot(path)
+def open_memory(
+    path: Path, embedder: Embedder, llm: LLMClient | None = None, *, create: bool = False, durable: bool = False
+) -> Memory:
+    """The memory at ``path`` (its snapshot and journal); with ``create``, a missing one gives an empty memory
+    instead of an error; ``durable``: opened with :meth:`tkg.Memory.open`, so every write is journalled."""
+    if not create:
+        require_snapshot(path)
     try:
+        if durable:
+            return Memory.open(path, embedder=embedder, llm=llm, create=create)
+        if create and not path.exists() and not segment_paths(path):
+            return Memory(embedder=embedder, llm=llm)
         return Memory.load(path, embedder=embedder, llm=llm)
     except ConfigurationError:
         meta = snapshot.read(path)[0]
@@ -508,9 +515,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     items = parse_jsonl(str(path), read_input(path), args.kind)
     check_target(Path(args.snapshot))
     llm = None if args.no_llm else llm_from_env()
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), llm, create=True)
-    report = ingest(memory, items, name=str(path), group=args.group)
-    size = memory.save(args.snapshot)
+    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), llm, create=True, durable=True)
+    try:
+        report = ingest(memory, items, name=str(path), group=args.group)
+        size = memory.save(args.snapshot)  # its own file: the journal folded into the snapshot
+    finally:
+        memory.close()
     for warning in report.warnings:
         _note(warning)
     print(f"read {path}: {_plural(report.messages, 'message')}, {_plural(report.facts, 'fact')}")

@@ -964,14 +964,14 @@ def open_for_serving(
     demo: bool = False,
     llm: LLMClient | None = None,
 ) -> tuple[Memory, Callable[[], object] | None]:
-    """The memory a door serves, and the hook that persists it after each write (``None``: in memory only).
+    """The memory a door serves, and a hook to run after each write (always ``None`` now: kept for callers that
+    persist otherwise).
 
-    * ``demo``: the offline demo memory ``tkg demo`` builds (group ``demo``); with a snapshot path it is saved
+    * ``demo``: the offline demo memory ``tkg demo`` builds (group ``demo``); with a snapshot path it is written
       there first, which must not exist yet.
-    * a snapshot that exists is loaded (its embedder must match ``embedder``);
-    * a snapshot that does not exist yet starts an empty memory, written on the first write.
-
-    Every save is atomic (:meth:`tkg.Memory.save`).
+    * with a snapshot path the memory is opened durably (:meth:`tkg.Memory.open`): the snapshot and its
+      write-ahead journal, created if missing; every write is on disk before it is answered, and the journal is
+      folded into the snapshot in the background, so a write never rewrites the whole file.
     """
     from tkg import cli
 
@@ -985,18 +985,15 @@ def open_for_serving(
             )
         cli.check_target(snapshot)
     chosen = cli.make_embedder(embedder)
-    if demo:
+    if snapshot is None:
         memory = Memory(embedder=chosen, llm=llm)
         build_demo(memory)
-    else:
-        assert snapshot is not None
-        memory = cli.open_memory(snapshot, chosen, llm, create=True)
-    if snapshot is None:
         return memory, None
-    path = snapshot
+    memory = cli.open_memory(snapshot, chosen, llm, create=True, durable=True)
     if demo:
-        memory.save(path)
-    return memory, lambda: memory.save(path)
+        build_demo(memory)
+        memory.compact()
+    return memory, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1013,7 +1010,11 @@ def add_serving_options(parser: argparse.ArgumentParser, *, background: str) -> 
     """Add the options both doors share: which memory to serve (``--snapshot``, ``--demo``), with which embedder,
     with or without the LLM, and ``--background`` (``background`` is its help text, naming the door's own way to
     queue an episode)."""
-    parser.add_argument("--snapshot", type=Path, help="snapshot to serve; saved after every write (created if missing)")
+    parser.add_argument(
+        "--snapshot",
+        type=Path,
+        help="memory to serve: its snapshot, every write journalled beside it (PATH.journal.*; created if missing)",
+    )
     parser.add_argument("--demo", action="store_true", help="start from the offline demo memory (group 'demo')")
     parser.add_argument(
         "--embedder",
