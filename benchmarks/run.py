@@ -61,6 +61,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("scale", "bench_scale.py", about="in-memory scale curves to 1M facts"),
     Benchmark("postgres", "bench_postgres.py", about="PostgreSQL backend beside the in-memory one"),
     Benchmark("graphiti", "bench_graphiti.py", about="tkg and graphiti-core side by side on LoCoMo"),
+    Benchmark("durability", "bench_durability.py", about="HTTP writes with the journal vs in memory; journal replay"),
     Benchmark(
         "retrieval",
         "bench_retrieval.py",

@@ -24,6 +24,7 @@ Keys are read from the key file when the service starts, never from the environm
 import argparse
 import hashlib
 import json
+import socket
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -623,9 +624,28 @@ def main(argv: list[str] | None = None) -> int:
             after_write=served.after_write,
             ingestor=served.ingestor,
         )
-        return lambda: uvicorn.run(app, host=args.host, port=args.port)
+        listener = listening_socket(args.host, args.port)
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port))
+        return lambda: server.run(sockets=[listener])
 
     return serve_command("tkg-http", args, start)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port`` whose connections send at once (TCP_NODELAY, inherited by every
+    accepted socket): otherwise a response written in two parts waits for the client's delayed ACK, ~40 ms a
+    request whatever the service does."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from None
+    sock.listen(2048)
+    return sock
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,10 +25,10 @@ from typing import Any
 from tkg import snapshot
 from tkg.embedders.base import Embedder
 from tkg.errors import BackendError, ConfigurationError
-from tkg.journal import Journal, JournalPolicy, ReadReport, read_segments, segment_paths
+from tkg.journal import Entry, Journal, JournalPolicy, ReadReport, read_segments, segment_paths
 from tkg.locks import MemoryLocks
-from tkg.models import Kind
-from tkg.storage import Store
+from tkg.models import Kind, Record
+from tkg.storage import Store, WriteBatch
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +95,9 @@ def _fill(
         store = _empty_store(store, embedder)
     else:
         raise snapshot.SnapshotError(f"snapshot {path} does not exist")
-    for entry in journal.entries:
-        if entry.seq > report.snapshot_seq and (upto is None or entry.seq <= upto):
-            store.write(entry.batch)
-            report.replayed += 1
+    pending = [e for e in journal.entries if e.seq > report.snapshot_seq and (upto is None or e.seq <= upto)]
+    replay(store, pending)
+    report.replayed = len(pending)
     report.cut_bytes, report.cut_segment = journal.cut_bytes, journal.cut_segment
     if journal.cut_bytes:
         log.warning(
@@ -109,6 +108,25 @@ def _fill(
             journal.cut_segment,
         )
     return store, report, journal
+
+
+def replay(store: Store, entries: Sequence[Entry]) -> None:
+    """Apply journalled batches, in order, as one write of their end state: every record as the last batch left
+    it, in the order it was first written (as the batches would have left the store's order), deleted ones
+    deleted. Into an empty store it is a bulk load (indexes built once); into a filled one, one batch."""
+    if not entries:
+        return
+    final: dict[tuple[Kind, str], Record | None] = {}
+    for entry in entries:
+        for record in entry.batch.puts:
+            final[(record.kind, record.id)] = record
+        for kind, record_id in entry.batch.deletes:
+            final[(Kind(kind), record_id)] = None
+    puts = [r for r in final.values() if r is not None]
+    if not any(store.count(kind) for kind in Kind):
+        store.load(puts)
+    else:
+        store.write(WriteBatch(puts=puts, deletes=[key for key, r in final.items() if r is None]))
 
 
 def load_snapshot(

@@ -1039,6 +1039,7 @@ def serve_command(prog: str, args: argparse.Namespace, start: Callable[[Served],
     from tkg.background import BackgroundIngestor
 
     ingestor: BackgroundIngestor | None = None
+    memory: Memory | None = None
     try:
         llm = None if args.no_llm else cli.llm_from_env()
         memory, after_write = open_for_serving(args.snapshot, embedder=args.embedder, demo=args.demo, llm=llm)
@@ -1047,6 +1048,8 @@ def serve_command(prog: str, args: argparse.Namespace, start: Callable[[Served],
     except TkgError as exc:
         if ingestor is not None:  # nothing was served: what it resumed stays queued in the memory
             ingestor.close(drain=False)
+        if memory is not None:
+            memory.close()
         return serving_error(prog, exc)
     try:
         run()
@@ -1055,6 +1058,7 @@ def serve_command(prog: str, args: argparse.Namespace, start: Callable[[Served],
             ingestor.close(drain=True)
             if after_write is not None:
                 after_write()
+        memory.close()  # the journal closed; every write was on disk already
     return 0
 
 
