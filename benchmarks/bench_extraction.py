@@ -35,6 +35,8 @@ import bench_core
 import render
 
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg.backends.memory import InMemoryStore
+from tkg.invalidation import statement_key
 from tkg.llm.base import LLMClient, Prompt, T
 from tkg.llm.rules import RulesLLM
 from tkg.models import Fact
@@ -108,7 +110,9 @@ class Timed:
 
 def run(messages: list[tuple[str, datetime]], reflection: bool) -> dict[str, Any]:
     llm = Timed(RulesLLM())
+    store = InMemoryStore(dim=HashEmbedder().dim)
     memory = Memory(
+        store,
         embedder=HashEmbedder(),
         llm=llm,
         clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
@@ -129,7 +133,12 @@ def run(messages: list[tuple[str, datetime]], reflection: bool) -> dict[str, Any
         for key, value in result.decisions.items():
             decisions[key] = decisions.get(key, 0) + value
     usage = memory.usage
-    facts = [f for f in memory.store.scan(Kind.FACT) if isinstance(f, Fact)]
+    facts = [f for f in store.scan(Kind.FACT) if isinstance(f, Fact)]
+    by_id = {f.id: f for f in facts}
+    # a superseded fact whose superseder says the same (verbatim) is a restatement kept for its provenance
+    restated = sum(
+        f.invalidated_by is not None and statement_key(by_id[f.invalidated_by]) == statement_key(f) for f in facts
+    )
     n = len(messages)
     return {
         "episodes": n,
@@ -148,8 +157,13 @@ def run(messages: list[tuple[str, datetime]], reflection: bool) -> dict[str, Any
         "engine_ms_p50": statistics.median(engine_ms),
         "engine_ms_p95": sorted(engine_ms)[int(0.95 * (len(engine_ms) - 1))],
         "facts": len(facts),
-        "invalidated_facts": sum(f.expired_at is not None for f in facts),
-        "entities": memory.store.count(Kind.ENTITY),
+        "invalidated_facts": sum(f.expired_at is not None for f in facts) - restated,
+        "restatements": restated,
+        "entities": store.count(Kind.ENTITY),
+        "facts_asked_per_episode": decisions.get("fact_questions", 0) / n,
+        "candidates_per_asked_fact": decisions.get("fact_candidates", 0) / max(1, decisions.get("fact_questions", 0)),
+        "other_relation_candidates_per_asked_fact": decisions.get("fact_candidates_other_relation", 0)
+        / max(1, decisions.get("fact_questions", 0)),
         "decisions": decisions,
     }
 
@@ -178,7 +192,11 @@ def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "engine p50 ms",
             "engine p95 ms",
             "facts",
-            "invalidated",
+            "superseded",
+            "restatements",
+            "facts asked/episode",
+            "candidates/asked fact",
+            "of which other relation",
         ],
         "rows": [
             [
@@ -197,10 +215,18 @@ def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 r["engine_ms_p95"],
                 r["facts"],
                 r["invalidated_facts"],
+                r["restatements"],
+                r["facts_asked_per_episode"],
+                r["candidates_per_asked_fact"],
+                r["other_relation_candidates_per_asked_fact"],
             ]
             for r in rows
         ],
         "notes": [
+            "superseded: facts ended by a contradicting fact; restatements: facts repeated while they held (kept, "
+            "with an empty interval, linked to the fact they repeat). Candidates: existing facts shown to the "
+            "resolution call with each new fact it asks about (superseded ones included when their own interval "
+            "overlaps; 'other relation': under another relation name with a close sentence).",
             "calls/episode: extraction + resolution (+ reflection) calls of the episodes themselves; community "
             "calls: summary calls of the refresh policy during the run (prompt chars and tokens include them).",
             "Tokens are estimated as characters / 4 (the double reports none). Graphiti on LoCoMo conv-26 with the "
@@ -257,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     header = (
         f"{'conversation':<12} {'refl':>4} {'episodes':>8} {'calls/ep':>8} {'max':>3} {'>=2':>5} {'comm':>4} "
         f"{'chars/ep':>8} {'max chars':>9} {'ptok/ep':>7} {'ctok/ep':>7} {'eng p50 ms':>10} {'p95':>6} "
-        f"{'facts':>5} {'invalid':>7}"
+        f"{'facts':>5} {'superseded':>10} {'restated':>8} {'asked/ep':>8} {'cand/asked':>10}"
     )
     print(header)
     for r in rows:
@@ -267,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['episodes_with_2_or_more_calls']:>5} {r['community_calls']:>4} {r['prompt_chars_per_episode']:>8.0f} "
             f"{r['max_prompt_chars_in_one_episode']:>9} {r['prompt_tokens_per_episode']:>7.0f} "
             f"{r['completion_tokens_per_episode']:>7.0f} {r['engine_ms_p50']:>10.2f} {r['engine_ms_p95']:>6.2f} "
-            f"{r['facts']:>5} {r['invalidated_facts']:>7}"
+            f"{r['facts']:>5} {r['invalidated_facts']:>10} {r['restatements']:>8} "
+            f"{r['facts_asked_per_episode']:>8.2f} {r['candidates_per_asked_fact']:>10.2f}"
         )
     print(
         "calls/ep, max, >=2: extraction + resolution (+ reflection) calls of the episodes themselves; comm: "
