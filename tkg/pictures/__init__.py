@@ -26,15 +26,10 @@ file renamed into place), and nothing is written when an error is raised.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import html
 import io
-import json
 import math
 import os
-import re
 import tempfile
 import threading
 import warnings
@@ -47,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tkg.errors import ConfigurationError, NotFoundError, ValidationError
 from tkg.models import Entity, Fact, Kind, check_group_id
+from tkg.pictures.page import page_html
 from tkg.timeline import believed_invalid_at, fact_holds
 from tkg.timeutil import iso, optional_utc
 
@@ -883,12 +879,6 @@ def render_neighbourhood(
     return RenderedNeighbourhood(html=page, path=target, layout=layout)
 
 
-def _json_for_script(value: Any) -> str:
-    """JSON safe inside a ``<script type="application/json">`` element: no ``</script>``, no ``<!--``."""
-    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
-    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-
-
 def _page_data(layout: NeighbourhoodLayout) -> dict[str, Any]:
     return {
         "center": layout.center_id,
@@ -935,195 +925,9 @@ def neighbourhood_html(layout: NeighbourhoodLayout) -> str:
     parts.append(f"as known at {iso(layout.known_at)}" if layout.known_at else f"drawn {iso(layout.now)}")
     if layout.omitted_nodes or layout.omitted_edges:
         parts.append(f"left out: {layout.omitted_nodes} entities, {layout.omitted_edges} facts (raise the limits)")
-    replacements = {
-        "__CSP__": _CSP,
-        "__TITLE__": html.escape(f"{_short(layout.center_name, 80)}: neighbourhood (tkg)"),
-        "__HEADING__": html.escape(_short(layout.center_name, 120)),
-        "__SUBTITLE__": html.escape(" · ".join(parts)),
-        "__DATA__": _json_for_script(_page_data(layout)),
-    }
-    # One pass, so that a name which happens to contain a token is never substituted a second time.
-    return _TOKEN.sub(lambda m: replacements[m.group(0)], _PAGE)
-
-
-_STYLE = """
-body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1d2433; }
-header { padding: 10px 16px; border-bottom: 1px solid #e3e6eb; }
-h1 { font-size: 18px; margin: 0; }
-.subtitle { color: #5b6472; font-size: 12px; }
-main { display: flex; height: calc(100vh - 64px); }
-#graph { flex: 1; min-width: 0; height: 100%; background: #fbfcfd; cursor: grab; }
-aside { width: 320px; border-left: 1px solid #e3e6eb; padding: 12px 16px; overflow: auto; font-size: 13px; }
-aside h2 { font-size: 15px; margin: 0 0 8px; word-break: break-word; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px; margin: 0; }
-dt { color: #5b6472; } dd { margin: 0; word-break: break-word; }
-.legend { margin-top: 16px; color: #5b6472; }
-.legend span { display: inline-block; width: 28px; border-top: 2px solid #4a6fa5; vertical-align: middle; }
-.legend span.ended { border-top: 2px dashed #8a94a3; } .legend span.superseded { border-top: 2px dashed #c0392b; }
-.edge path.line { fill: none; stroke: #4a6fa5; stroke-width: 1.6; }
-.edge.ended path.line { stroke: #8a94a3; stroke-dasharray: 6 4; }
-.edge.superseded path.line { stroke: #c0392b; stroke-dasharray: 6 4; }
-.edge.future path.line { stroke-dasharray: 2 3; }
-.edge path.hit { fill: none; stroke: transparent; stroke-width: 12; cursor: pointer; }
-.edge text { font-size: 10px; fill: #33415c; text-anchor: middle; paint-order: stroke; stroke: #fbfcfd;
-  stroke-width: 3px; pointer-events: none; }
-.edge.ended text, .edge.superseded text { fill: #8a94a3; }
-.edge:hover path.line, .edge.selected path.line { stroke-width: 3; }
-.node circle { fill: #dbe7f5; stroke: #4a6fa5; stroke-width: 1.5; cursor: pointer; }
-.node.hop0 circle { fill: #4a6fa5; } .node.hop2 circle, .node.hop3 circle { fill: #eef2f7; }
-.node.selected circle { stroke: #c0392b; stroke-width: 3; }
-.node text { font-size: 12px; text-anchor: middle; fill: #1d2433; pointer-events: none; paint-order: stroke;
-  stroke: #fbfcfd; stroke-width: 3px; }
-"""
-
-# The one script of the page. It reads the data from the JSON element and builds the SVG with createElementNS
-# and textContent only: strings from memory are never parsed as HTML.
-_SCRIPT = """
-(function () {
-  "use strict";
-  var data = JSON.parse(document.getElementById("tkg-data").textContent);
-  var svg = document.getElementById("graph");
-  var NS = svg.namespaceURI;
-  var panel = document.getElementById("details");
-  var R = 18;
-  function el(name, attrs, parent) {
-    var node = document.createElementNS(NS, name);
-    Object.keys(attrs).forEach(function (k) { node.setAttribute(k, String(attrs[k])); });
-    if (parent) { parent.appendChild(node); }
-    return node;
-  }
-  function show(title, rows, target) {
-    panel.replaceChildren();
-    var h = document.createElement("h2"); h.textContent = title; panel.appendChild(h);
-    var dl = document.createElement("dl");
-    rows.forEach(function (row) {
-      var dt = document.createElement("dt"); dt.textContent = row[0]; dl.appendChild(dt);
-      var dd = document.createElement("dd"); dd.textContent = row[1] === null || row[1] === "" ? "-" : row[1];
-      dl.appendChild(dd);
-    });
-    panel.appendChild(dl);
-    svg.querySelectorAll(".selected").forEach(function (s) { s.classList.remove("selected"); });
-    target.classList.add("selected");
-  }
-  var byId = {};
-  data.nodes.forEach(function (n) { byId[n.id] = n; });
-  svg.setAttribute("viewBox", data.view.join(" "));
-  var defs = el("defs", {}, svg);
-  var marker = el("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7,
-    markerHeight: 7, orient: "auto-start-reverse"}, defs);
-  el("path", {d: "M0 0 L10 5 L0 10 z", fill: "#6b7a90"}, marker);
-  var edgeLayer = el("g", {"class": "edges"}, svg);
-  var nodeLayer = el("g", {"class": "nodes"}, svg);
-  function curve(e) {
-    var a = byId[e.source], b = byId[e.target];
-    if (a === b) {
-      var s = 26 + 14 * e.bend;
-      return {d: "M" + (a.x - 8) + " " + (a.y - R + 2) + " C" + (a.x - s) + " " + (a.y - R - 2 * s) + " " +
-        (a.x + s) + " " + (a.y - R - 2 * s) + " " + (a.x + 8) + " " + (a.y - R + 2), x: a.x, y: a.y - R - 1.5 * s};
-    }
-    var dx = b.x - a.x, dy = b.y - a.y, len = Math.hypot(dx, dy) || 1;
-    var cx = (a.x + b.x) / 2 - dy / len * e.bend * 2, cy = (a.y + b.y) / 2 + dx / len * e.bend * 2;
-    var sx = cx - a.x, sy = cy - a.y, sl = Math.hypot(sx, sy) || 1;
-    var tx = b.x - cx, ty = b.y - cy, tl = Math.hypot(tx, ty) || 1;
-    var x1 = a.x + sx / sl * R, y1 = a.y + sy / sl * R, x2 = b.x - tx / tl * (R + 2), y2 = b.y - ty / tl * (R + 2);
-    return {d: "M" + x1 + " " + y1 + " Q" + cx + " " + cy + " " + x2 + " " + y2,
-      x: 0.25 * a.x + 0.5 * cx + 0.25 * b.x, y: 0.25 * a.y + 0.5 * cy + 0.25 * b.y};
-  }
-  data.edges.forEach(function (e) {
-    var a = byId[e.source], b = byId[e.target], c = curve(e);
-    var g = el("g", {"class": "edge " + e.status, "data-fact": e.id, tabindex: 0}, edgeLayer);
-    var times = [["valid_at", e.valid_at], ["invalid_at", e.invalid_at], ["created_at", e.created_at],
-      ["expired_at", e.expired_at]];
-    el("title", {}, g).textContent = e.fact + "\\n" + times.map(function (t) {
-      return t[0] + ": " + (t[1] === null ? "-" : t[1]);
-    }).join("\\n");
-    el("path", {"class": "hit", d: c.d}, g);
-    el("path", {"class": "line", d: c.d, "marker-end": "url(#arrow)"}, g);
-    el("text", {x: c.x, y: c.y - 3}, g).textContent = e.relation;
-    var open = function () {
-      show(e.fact, [["relation", e.relation], ["from", a.name], ["to", b.name], ["status", e.status]]
-        .concat(times, [["id", e.id]]), g);
-    };
-    g.addEventListener("click", open);
-    g.addEventListener("keydown", function (ev) { if (ev.key === "Enter") { open(); } });
-  });
-  data.nodes.forEach(function (n) {
-    var g = el("g", {"class": "node hop" + n.hop, "data-entity": n.id, tabindex: 0}, nodeLayer);
-    el("title", {}, g).textContent = n.name + (n.labels.length ? " (" + n.labels.join(", ") + ")" : "");
-    el("circle", {cx: n.x, cy: n.y, r: R}, g);
-    el("text", {x: n.x, y: n.y < 0 ? n.y - R - 8 : n.y + R + 14}, g).textContent = n.short;  // outward, off the edges
-    var open = function () {
-      show(n.name, [["labels", n.labels.join(", ")], ["aliases", n.aliases.join(", ")], ["summary", n.summary],
-        ["hops from centre", String(n.hop)], ["id", n.id]], g);
-    };
-    g.addEventListener("click", open);
-    g.addEventListener("keydown", function (ev) { if (ev.key === "Enter") { open(); } });
-  });
-  // Wheel to zoom, drag to pan: both only move the view box.
-  var view = data.view.slice(), drag = null;
-  function apply() { svg.setAttribute("viewBox", view.join(" ")); }
-  svg.addEventListener("wheel", function (ev) {
-    ev.preventDefault();
-    var k = ev.deltaY > 0 ? 1.15 : 1 / 1.15, box = svg.getBoundingClientRect();
-    var px = view[0] + (ev.clientX - box.left) / box.width * view[2];
-    var py = view[1] + (ev.clientY - box.top) / box.height * view[3];
-    view = [px - (px - view[0]) * k, py - (py - view[1]) * k, view[2] * k, view[3] * k]; apply();
-  }, {passive: false});
-  svg.addEventListener("pointerdown", function (ev) { drag = [ev.clientX, ev.clientY, view[0], view[1]]; });
-  window.addEventListener("pointerup", function () { drag = null; });
-  svg.addEventListener("pointermove", function (ev) {
-    if (!drag) { return; }
-    var box = svg.getBoundingClientRect();
-    view[0] = drag[2] - (ev.clientX - drag[0]) / box.width * view[2];
-    view[1] = drag[3] - (ev.clientY - drag[1]) / box.height * view[3]; apply();
-  });
-  svg.setAttribute("data-drawn", String(data.nodes.length + data.edges.length));
-}());
-"""
-
-
-def _csp_hash(text: str) -> str:
-    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
-
-
-# Only this page's own script and style may run; nothing may be fetched. Even a string that escaped the
-# escaping could neither run inline handlers nor load anything.
-_CSP = (
-    f"default-src 'none'; script-src {_csp_hash(_SCRIPT)}; style-src {_csp_hash(_STYLE)}; "
-    "img-src 'none'; base-uri 'none'; form-action 'none'"
-)
-
-_TOKEN = re.compile(r"__(?:CSP|TITLE|HEADING|SUBTITLE|DATA)__")
-_PAGE = (
-    """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="__CSP__">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>__TITLE__</title>
-<style>"""
-    + _STYLE
-    + """</style>
-</head>
-<body>
-<header><h1>__HEADING__</h1><div class="subtitle">__SUBTITLE__</div></header>
-<main>
-<svg id="graph" role="img" aria-label="entity neighbourhood"></svg>
-<aside>
-<div id="details"><h2>Click a fact or an entity</h2><p>Hover for the text and the four timestamps.</p></div>
-<div class="legend">
-<div><span></span> holds now</div>
-<div><span class="ended"></span> ended (its invalid_at has passed)</div>
-<div><span class="superseded"></span> superseded by a later fact</div>
-</div>
-</aside>
-</main>
-<script type="application/json" id="tkg-data">__DATA__</script>
-<script>"""
-    + _SCRIPT
-    + """</script>
-</body>
-</html>
-"""
-)
+    return page_html(
+        title=f"{_short(layout.center_name, 80)}: neighbourhood (tkg)",
+        heading=_short(layout.center_name, 120),
+        subtitle=" · ".join(parts),
+        data=_page_data(layout),
+    )
