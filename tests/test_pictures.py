@@ -480,6 +480,23 @@ def test_the_assets_are_package_data_of_listed_packages() -> None:
         assert any(fnmatch.fnmatch(name, pattern) for pattern in globs), f"{name} is not in the wheel's package data"
 
 
+def test_missing_assets_say_to_reinstall(
+    graph: tuple[Memory, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tkg.pictures import page
+
+    memory, ann = graph
+    (tmp_path / "assets").mkdir()
+    monkeypatch.setattr(page.resources, "files", lambda _package: tmp_path)  # a package installed without them
+    page._assets.cache_clear()
+    try:
+        with pytest.raises(ConfigurationError, match=r"missing from the installed tkg .*reinstall tkg"):
+            render_neighbourhood(memory, ann, tmp_path / "ann.html")
+    finally:
+        page._assets.cache_clear()
+    assert [item.name for item in tmp_path.iterdir()] == ["assets"]  # and nothing written
+
+
 # -- finding entities ---------------------------------------------------------------------------------------------
 
 

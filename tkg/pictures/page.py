@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from tkg.errors import ConfigurationError
+
 __all__ = ["page_html"]
 
 _TOKEN = re.compile(r"__(?:CSP|STYLE|SCRIPT|TITLE|HEADING|SUBTITLE|DATA)__")
@@ -41,9 +43,15 @@ class _Assets:
 @functools.cache
 def _assets() -> _Assets:
     folder = resources.files("tkg.pictures") / "assets"
-    style = (folder / "neighbourhood.css").read_text(encoding="utf-8")
-    script = (folder / "neighbourhood.js").read_text(encoding="utf-8")
-    template = (folder / "neighbourhood.html").read_text(encoding="utf-8")
+    try:
+        style = (folder / "neighbourhood.css").read_text(encoding="utf-8")
+        script = (folder / "neighbourhood.js").read_text(encoding="utf-8")
+        template = (folder / "neighbourhood.html").read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigurationError(
+            f"the neighbourhood page's files are missing from the installed tkg ({exc.filename or folder}); "
+            "reinstall tkg"
+        ) from None
     csp = (
         f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style)}; "
         "img-src 'none'; base-uri 'none'; form-action 'none'"
