@@ -1,9 +1,13 @@
 """Pictures of memory: the fact timeline (PNG / SVG through matplotlib) and the neighbourhood page (offline HTML),
 through the library and the ``tkg timeline`` / ``tkg graph`` commands; the page is also loaded in headless
-Chromium when it is installed."""
+Chromium when it is installed. The page's template, CSS and JS are package data (``tkg/pictures/assets``): checked
+here to be inlined as they are, admitted by their hashes, and listed for the wheel."""
 
 from __future__ import annotations
 
+import base64
+import fnmatch
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -11,8 +15,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -405,6 +411,92 @@ def test_parallel_facts_are_bent_apart(graph: tuple[Memory, str]) -> None:
     assert single and all(e.bend == 0.0 for e in single)
 
 
+# -- the page's assets (package data) ------------------------------------------------------------------------------
+
+ASSETS = resources.files("tkg.pictures") / "assets"
+ASSET_NAMES = ("neighbourhood.css", "neighbourhood.html", "neighbourhood.js")
+PLACEHOLDERS = ("__CSP__", "__DATA__", "__HEADING__", "__SCRIPT__", "__STYLE__", "__SUBTITLE__", "__TITLE__")
+
+
+def asset(name: str) -> str:
+    return (ASSETS / name).read_text(encoding="utf-8")
+
+
+def sha256_source(text: str) -> str:
+    """A CSP hash source for ``text``, computed here rather than by tkg.pictures.page."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def inline_parts(text: str) -> tuple[str, str, dict[str, list[str]]]:
+    """A page's one inline style, its one executable script, and its Content-Security-Policy by directive."""
+    styles = re.findall(r"<style>(.*?)</style>", text, re.S)
+    scripts = re.findall(r"<script>(.*?)</script>", text, re.S)  # the data element has attributes
+    assert len(styles) == 1 and len(scripts) == 1
+    policy = Dom(text).tags("meta", **{"http-equiv": "Content-Security-Policy"})[0]["content"]
+    directives = {part.split()[0]: part.split()[1:] for part in policy.split(";") if part.strip()}
+    return styles[0], scripts[0], directives
+
+
+def test_the_page_inlines_its_assets_and_its_policy_admits_exactly_them(graph: tuple[Memory, str]) -> None:
+    memory, ann = graph
+    page = render_neighbourhood(memory, ann).html
+    style, script, policy = inline_parts(page)
+    assert style == asset("neighbourhood.css") and script == asset("neighbourhood.js")
+    assert policy["script-src"] == [sha256_source(script)] and policy["style-src"] == [sha256_source(style)]
+    assert policy["default-src"] == policy["img-src"] == policy["base-uri"] == policy["form-action"] == ["'none'"]
+    assert not [token for token in PLACEHOLDERS if token in page]
+
+
+def test_the_template_holds_each_placeholder_once_flush_against_its_tags() -> None:
+    template = asset("neighbourhood.html")
+    assert sorted(re.findall(r"__[A-Z]+__", template)) == sorted(PLACEHOLDERS)
+    # The policy hashes the asset's text, so the element must hold that text and nothing more (not even a newline).
+    assert "<style>__STYLE__</style>" in template and "<script>__SCRIPT__</script>" in template
+
+
+def test_names_that_look_like_placeholders_stay_names() -> None:
+    memory = Memory(embedder=HashEmbedder(dim=32), clock=FixedClock(T1))
+    name = "__SCRIPT__ __STYLE__ __CSP__ __DATA__"
+    memory.add_facts([FactInput(name, "KNOWS", "__TITLE__", fact="__SCRIPT__ knows __HEADING__")], group_id="g")
+    page = render_neighbourhood(memory, find_entity(memory, name).id).html
+    style, script, _ = inline_parts(page)  # one style, one script: nothing was inlined twice
+    assert style == asset("neighbourhood.css") and script == asset("neighbourhood.js")
+    dom = Dom(page)
+    assert dom.text["h1"] == [name] and dom.text["title"] == [f"{name}: neighbourhood (tkg)"]
+    data = page_data(page)
+    assert {n["name"] for n in data["nodes"]} == {name, "__TITLE__"}
+    assert [e["fact"] for e in data["edges"]] == ["__SCRIPT__ knows __HEADING__"]
+
+
+def test_the_assets_are_package_data_of_listed_packages() -> None:
+    """An editable install finds the assets in the source tree whatever pyproject.toml says; a wheel holds only
+    what it lists. So: the assets are where importlib.resources looks, and pyproject.toml lists them."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    setuptools = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert {"tkg.pictures", "tkg.pictures.assets"} <= set(setuptools["packages"])
+    globs = setuptools["package-data"]["tkg.pictures.assets"]
+    for name in ASSET_NAMES:
+        assert (ASSETS / name).is_file(), name
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in globs), f"{name} is not in the wheel's package data"
+
+
+def test_missing_assets_say_to_reinstall(
+    graph: tuple[Memory, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tkg.pictures import page
+
+    memory, ann = graph
+    (tmp_path / "assets").mkdir()
+    monkeypatch.setattr(page.resources, "files", lambda _package: tmp_path)  # a package installed without them
+    page._assets.cache_clear()
+    try:
+        with pytest.raises(ConfigurationError, match=r"missing from the installed tkg .*reinstall tkg"):
+            render_neighbourhood(memory, ann, tmp_path / "ann.html")
+    finally:
+        page._assets.cache_clear()
+    assert [item.name for item in tmp_path.iterdir()] == ["assets"]  # and nothing written
+
+
 # -- finding entities ---------------------------------------------------------------------------------------------
 
 
@@ -455,6 +547,19 @@ def test_the_chromium_harness_sees_script_errors(tmp_path: Path) -> None:
     broken.write_text("<!DOCTYPE html><svg id=graph></svg><script>undefinedFunction();</script>", encoding="utf-8")
     _, console = load_in_chromium(broken, tmp_path / "profile")
     assert any("Uncaught ReferenceError" in line for line in console)
+
+
+@needs_chromium
+def test_the_chromium_harness_sees_a_script_the_policy_refuses(graph: tuple[Memory, str], tmp_path: Path) -> None:
+    """And a page whose policy does not admit its own script (a stale hash) is caught too, and draws nothing."""
+    memory, ann = graph
+    page = render_neighbourhood(memory, ann).html
+    stale = re.sub(r"script-src 'sha256-[^']+'", "script-src 'sha256-c3RhbGU='", page)
+    assert stale != page
+    (tmp_path / "stale.html").write_text(stale, encoding="utf-8")
+    dom_text, console = load_in_chromium(tmp_path / "stale.html", tmp_path / "profile")
+    assert any("Content Security Policy" in line for line in console)
+    assert "data-drawn" not in Dom(dom_text).tags("svg", id="graph")[0]
 
 
 @needs_chromium
