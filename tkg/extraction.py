@@ -285,10 +285,13 @@ class EpisodePlanner:
         """The plan for ``draft``, applying ``answer`` (the LLM's reply to ``questions``) where it is valid."""
         plan = GraphPlan(warnings=list(draft.warnings))
         questions = questions if questions is not None else Questions()
-        for item in questions.facts:  # what the batched resolution call was asked, for the cost reports
+        for open_fact in questions.facts:  # what the batched resolution call was asked, for the cost reports
             plan.count("fact_questions")
-            plan.count("fact_candidates", len(item.candidates))
-            plan.count("fact_candidates_other_relation", sum(c.relation != item.fact.relation for c in item.candidates))
+            plan.count("fact_candidates", len(open_fact.candidates))
+            plan.count(
+                "fact_candidates_other_relation",
+                sum(c.relation != open_fact.fact.relation for c in open_fact.candidates),
+            )
         same_as = self._entity_answers(questions, answer, plan)
         ids: dict[str, str] = {}
         for entity in draft.entities:
