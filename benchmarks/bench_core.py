@@ -665,7 +665,7 @@ def bench_size(n_facts: int, args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         loaded = tkg.Memory.load(path, embedder=tkg.HashEmbedder(dim=DIM))
         load_snapshot_s = time.perf_counter() - t
-        loaded_facts = loaded.store.count(tkg.Kind.FACT)
+        loaded_facts = loaded.stats()["records"]["fact"]
         del loaded
     result["snapshot"] = {
         "save_s": save_s,

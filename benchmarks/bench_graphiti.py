@@ -290,14 +290,15 @@ class TkgEngine:
     def counts(self) -> dict[str, int]:
         from tkg import Fact, Kind
 
-        store = self.memory.store
-        facts = [f for f in store.scan(Kind.FACT) if isinstance(f, Fact)]
+        memory = self.memory
+        facts = [f for f in memory.records(Kind.FACT) if isinstance(f, Fact)]
+        counts = memory.stats()["records"]
         return {
-            "entities": store.count(Kind.ENTITY),
+            "entities": counts["entity"],
             "facts": len(facts),
             "invalidated_facts": sum(f.invalid_at is not None for f in facts),
-            "episodes": store.count(Kind.EPISODE),
-            "communities": store.count(Kind.COMMUNITY),
+            "episodes": counts["episode"],
+            "communities": counts["community"],
         }
 
     def close(self) -> None:

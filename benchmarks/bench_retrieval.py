@@ -443,10 +443,14 @@ class TkgSystem:
 
     def __init__(self, turns: Sequence[Turn], dataset: str, cache: EmbeddingCache, config: Any, group: str) -> None:
         from tkg import FixedClock, Memory
+        from tkg.backends.memory import InMemoryStore
 
         self.group = re.sub(r"[^A-Za-z0-9_.:\-]", "_", group)[:100] or "g"
         self.embedder = CachedEmbedder(cache, "all-MiniLM-L6-v2-int8")
-        self.memory = Memory(embedder=self.embedder, clock=FixedClock("2030-01-01T00:00:00Z", tick=timedelta(0, 0, 1)))
+        self.store = InMemoryStore(dim=self.embedder.dim)
+        self.memory = Memory(
+            self.store, embedder=self.embedder, clock=FixedClock("2030-01-01T00:00:00Z", tick=timedelta(0, 0, 1))
+        )
         self.config = config
         self.turn_of: dict[str, str] = {}
         self.session_of = {t.id: t.session for t in turns}
@@ -461,9 +465,7 @@ class TkgSystem:
                 group_id=self.group,
                 episode_id=episode_id,
             )
-        flush = getattr(self.memory.store, "flush", None)
-        if flush is not None:
-            flush()  # fold the fresh tails into the bulk indexes, as a long-running memory would have
+        self.store.flush()  # fold the fresh tails into the bulk indexes, as a long-running memory would have
         self.ingest_seconds = time.perf_counter() - start
 
     def rank(self, question: Question) -> Ranking:
