@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tkg.backends.memory import InMemoryStore
+from tkg.backends.reference import ReferenceStore
 from tkg.storage import Store
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -30,7 +31,7 @@ def _memory_store(dim: int) -> Store:
     return store
 
 
-BACKENDS: dict[str, Callable[[int], Store]] = {"memory": _memory_store}
+BACKENDS: dict[str, Callable[[int], Store]] = {"memory": _memory_store, "reference": ReferenceStore}
 #: Backends that need a server: their factory is built from the session's server (see ``make_store``).
 SERVER_BACKENDS = ("postgres",)
 

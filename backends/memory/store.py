@@ -206,6 +206,7 @@ class InMemoryStore(Store):
         assert record is not None
         self._unindex(record, slot, keep_search=False)
         table.records[slot] = None
+        del table.slot_of[record_id]  # put again, it is a new record: a new slot, at the end of the scan order
         table.touch(slot)
         table.alive[slot] = False
         table.live -= 1

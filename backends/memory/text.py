@@ -13,35 +13,19 @@ trades a little CPU on rare paths for ~200 bytes a document.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 from typing import Any
 
 import bm25s
 import numpy as np
 import numpy.typing as npt
-import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
+
+from tkg import tokens
+from tkg.tokens import tokenize
 
 from .arrays import Column
 from .vectors import Mask, dense_candidates, top_k
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset(STOPWORDS_EN)
-_STEMMER = Stemmer.Stemmer("english")
-
-
-@lru_cache(maxsize=500_000)
-def _stem(word: str) -> str:
-    return str(_STEMMER.stemWord(word))
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased, stop words removed, Snowball-stemmed word tokens."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
-
 
 Source = Callable[[], Iterable[tuple[int, str]]]
 
@@ -112,8 +96,8 @@ class TextMismatch(Exception):
 
 
 class TextIndex:
-    K1 = 1.5
-    B = 0.75
+    K1 = tokens.K1
+    B = tokens.B
 
     def __init__(self, source: Source, *, min_rebuild: int = 2048, rebuild_fraction: float = 0.25) -> None:
         self._source = source  # every live (slot, text), for rebuilds

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
@@ -31,6 +31,7 @@ from psycopg.types.json import Json
 from tkg.codec import decode_value, encode_value
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, ConfigurationError, EmbeddingError, ValidationError
+from tkg.integrity import check_write
 from tkg.models import (
     RECORD_TYPES,
     VECTOR_FIELD,
@@ -347,19 +348,20 @@ class PostgresStore(Store):
         prepared: dict[Kind, dict[tuple[str, ...], _Prepared]],
         deletes: list[tuple[Kind, str]],
     ) -> None:
-        """Puts, then reference checks (as of after the puts, before the deletes), then deletes, then counts."""
+        """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts."""
+        check_write([p.record for items in prepared.values() for p in items.values()], deletes, self._held(cur))
         delta: Counter[tuple[str, str]] = Counter()
         for kind in Kind:
             items = prepared.get(kind)
             if items:
-                ordered = [items[key] for key in sorted(items)]  # one lock order for every writer: no deadlocks
-                for _, group in self._existing(cur, kind, [p.key for p in ordered]):
+                # Rows that exist are locked first, in one order for every writer (no deadlocks); then the puts go
+                # in batch order, so that new records get their insertion order (seq) as the batch gives it.
+                for _, group in self._existing(cur, kind, sorted(items)):
                     delta[(kind.value, group)] -= 1
-                for item in ordered:
+                for item in items.values():
                     delta[(kind.value, item.record.group_id)] += 1
-                self._upsert(cur, kind, ordered)
+                self._upsert(cur, kind, list(items.values()))
         deleted = self._split_deletes(deletes, prepared)
-        self._check_references(cur, prepared, deleted)
         for kind, keys in deleted.items():
             for (group,) in self._delete(cur, kind, keys):
                 delta[(kind.value, group)] -= 1
@@ -405,70 +407,18 @@ class PostgresStore(Store):
                 out.setdefault(kind, []).append(key)
         return out
 
-    def _check_references(
-        self,
-        cur: psycopg.Cursor[Any],
-        prepared: dict[Kind, dict[tuple[str, ...], _Prepared]],
-        deleted: dict[Kind, list[tuple[str, ...]]],
-    ) -> None:
-        """A fact's ends (same group), a mention's and a membership's ends must exist once the batch's puts are in
-        and its deletes (of records not also put) are out; raising rolls the whole batch back."""
-        put_ids = {kind: {key[0] for key in items} for kind, items in prepared.items() if kind in _TEXT_KINDS}
-        going = {
-            kind: {key[0] for key in keys} - put_ids.get(kind, set())
-            for kind, keys in deleted.items()
-            if kind in _TEXT_KINDS
-        }
+    def _held(self, cur: psycopg.Cursor[Any]) -> Callable[[Kind, Collection[str]], Mapping[str, str]]:
+        """The lookup :func:`tkg.integrity.check_write` asks: which of these ids the database holds (in this
+        transaction), with their groups."""
 
-        def missing(kind: Kind, ids: Iterable[str]) -> set[str]:
-            ids = set(ids)
-            gone = ids & going.get(kind, set())
+        def lookup(kind: Kind, ids: Collection[str]) -> Mapping[str, str]:
             rows = cur.execute(
-                self._q(f"SELECT id FROM {{s}}.{TABLES[kind].name} WHERE id = ANY(%s::text[])"), [sorted(ids - gone)]
+                self._q(f"SELECT id, group_id FROM {{s}}.{TABLES[kind].name} WHERE id = ANY(%s::text[])"),
+                [sorted(ids)],
             ).fetchall()
-            return ids - {r[0] for r in rows}
+            return {str(i): str(g) for i, g in rows}
 
-        facts = [p.record for p in prepared.get(Kind.FACT, {}).values()]
-        if facts:
-            ends = {end for f in facts for end in (f.source_id, f.target_id)}  # type: ignore[union-attr]
-            absent = missing(Kind.ENTITY, ends)
-            for f in facts:
-                assert isinstance(f, Fact)
-                for end in (f.source_id, f.target_id):
-                    if end in absent:
-                        raise BackendError(f"fact {f.id} points to entity {end!r}, which does not exist")
-            rows = cur.execute(
-                self._q(
-                    "SELECT f.id, f.g, e.id, e.group_id FROM unnest(%s::text[], %s::text[], %s::text[]) AS f(id, e, g) "
-                    "JOIN {s}.entities e ON e.id = f.e WHERE e.group_id <> f.g LIMIT 1"
-                ),
-                [
-                    [f.id for f in facts for _ in (0, 1)],
-                    [end for f in facts for end in (f.source_id, f.target_id)],  # type: ignore[union-attr]
-                    [f.group_id for f in facts for _ in (0, 1)],
-                ],
-            ).fetchall()
-            if rows:
-                fid, group, eid, other = rows[0]
-                raise BackendError(
-                    f"fact {fid} in group {group!r} points to entity {eid!r} of group {other!r}; facts never cross "
-                    "groups"
-                )
-        mentions = [p.record for p in prepared.get(Kind.MENTION, {}).values()]
-        if mentions and (
-            missing(Kind.EPISODE, (m.episode_id for m in mentions))  # type: ignore[union-attr]
-            or missing(Kind.ENTITY, (m.entity_id for m in mentions))  # type: ignore[union-attr]
-        ):
-            bad = mentions[0]
-            raise BackendError(f"mention {bad.id} (or another of the batch) points to a missing episode or entity")
-        members = [p.record for p in prepared.get(Kind.MEMBERSHIP, {}).values()]
-        if members and (
-            missing(Kind.COMMUNITY, (m.community_id for m in members))  # type: ignore[union-attr]
-            or missing(Kind.ENTITY, (m.entity_id for m in members))  # type: ignore[union-attr]
-        ):
-            raise BackendError(
-                f"membership {members[0].id} (or another of the batch) points to a missing community or entity"
-            )
+        return lookup
 
     def _count(self, cur: psycopg.Cursor[Any], delta: Counter[tuple[str, str]]) -> None:
         changes = sorted((k, g, n) for (k, g), n in delta.items() if n)
