@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -521,6 +522,8 @@ def test_find_entity_by_id_name_alias_and_group() -> None:
 # -- headless Chromium ----------------------------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None and os.environ.get("TKG_REQUIRE_BROWSER") == "1":  # CI: a missing browser fails, never skips
+    raise RuntimeError("TKG_REQUIRE_BROWSER=1 but Chromium is not installed (Debian: apt-get install chromium)")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium); CI installs it"
 )

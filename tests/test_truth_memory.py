@@ -12,7 +12,7 @@ from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.errors import ConfigurationError, ExtractionFailedError, LLMError, TimestampError, ValidationError
 from tkg.llm import LLMPolicy, ScriptedLLM
 from tkg.llm.rules import RulesLLM
-from tkg.llm.schema import GraphExtraction, Resolution
+from tkg.llm.schema import Resolution
 from tkg.memory import FactInput
 from tkg.models import Entity, EpisodeStatus, Fact
 from tkg.ontology import Ontology, RelationType
@@ -334,7 +334,9 @@ def test_episode_results_report_tokens_and_time() -> None:
     result = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")
     assert result.usage.prompt_tokens > 100 and result.usage.completion_tokens > 0 and result.usage.estimated
     assert result.seconds > 0 and result.usage.seconds >= 0
-    assert isinstance(GraphExtraction(), GraphExtraction)
+    # one extraction call, named, and counted in the memory's totals too
+    assert result.usage.by_prompt == {"extract_graph": 1} and result.usage.prompt_chars > 0
+    assert memory.usage.calls == 1 and memory.usage.prompt_chars == result.usage.prompt_chars
 
 
 def test_removing_a_middle_episode_resettles_single_valued_facts() -> None:
