@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import string
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -388,3 +389,58 @@ def test_embedded_database_helper(server: EmbeddedPostgres) -> None:
         assert store.count(Kind.FACT) == 0
     with pytest.raises(BackendError):
         server.create_database("bad; name")
+
+
+_OPENER = """
+import sys, time
+from pathlib import Path
+from tkg.backends.postgres import PostgresStore
+go = Path(sys.argv[3])
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.005)
+try:
+    PostgresStore(sys.argv[1], dim=8, schema=sys.argv[2]).close()
+    print("ok", flush=True)
+except Exception as exc:  # a tkg error says what failed; anything else is the bug this test looks for
+    print(f"error {type(exc).__module__}.{type(exc).__name__}: {exc}", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_processes_opening_a_fresh_database_at_once_all_succeed(server: EmbeddedPostgres, tmp_path: Path) -> None:
+    """Issue 15: processes that open a fresh database at the same instant used to fail with a raw
+    UniqueViolation (CREATE EXTENSION raced outside the schema lock). Now one creates, the others wait."""
+    import subprocess
+    import sys
+
+    database = f"race_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(server.dsn, autocommit=True)
+    try:
+        admin.execute(f'CREATE DATABASE "{database}"')
+        limit = int(admin.execute("SHOW max_connections").fetchone()[0])  # type: ignore[index]
+    finally:
+        admin.close()
+    dsn = psycopg.conninfo.make_conninfo(server.dsn, dbname=database)
+    count = max(8, min(40, limit // 2 - 5))  # each opener holds one connection; leave room for the rest
+    go = tmp_path / "go"
+    children = [
+        subprocess.Popen([sys.executable, "-c", _OPENER, dsn, "tkg", str(go)], stdout=subprocess.PIPE, text=True)
+        for _ in range(count)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        go.touch()  # all at once
+        outcomes = [child.communicate(timeout=120)[0].strip() for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    assert outcomes == ["ok"] * count, [o for o in outcomes if o != "ok"][:3]
+    check = psycopg.connect(dsn, autocommit=True)
+    try:
+        assert check.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone() == (1,)
+        assert check.execute("SELECT value FROM tkg.meta WHERE key = 'schema_version'").fetchone() is not None
+    finally:
+        check.close()

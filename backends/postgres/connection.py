@@ -60,6 +60,10 @@ def connect(dsn: str, *, connect_timeout: int = 10) -> psycopg.Connection[Any]:
     return conn
 
 
+def _has_vector(conn: psycopg.Connection[Any]) -> bool:
+    return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is not None
+
+
 def ensure_vector_extension(conn: psycopg.Connection[Any]) -> tuple[str, tuple[int, ...]]:
     """Make sure pgvector is enabled in this database (enabling it when allowed); returns its schema and version."""
     row = conn.execute(
@@ -76,7 +80,12 @@ def ensure_vector_extension(conn: psycopg.Connection[Any]) -> tuple[str, tuple[i
                 "use the embedded server: tkg.backends.postgres.EmbeddedPostgres"
             )
         try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            # Processes opening one database at once would race on the catalog (a unique violation, even with
+            # IF NOT EXISTS): one creates it at a time, under a lock held across the check and the creation.
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('tkg:create-extension', 0))")
+                if not _has_vector(conn):
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.errors.InsufficientPrivilege:
             raise BackendError(
                 f"pgvector is installed on the server but not enabled in database {database!r}, and role {user!r} "

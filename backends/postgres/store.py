@@ -142,6 +142,9 @@ class PostgresStore(Store):
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)
             settings = ensure_schema(conn, schema, dim, text_config)
+        except psycopg.Error as exc:
+            conn.close()
+            raise BackendError(f"cannot open the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None
         except BaseException:
             conn.close()
             raise
@@ -153,7 +156,11 @@ class PostgresStore(Store):
             )
         self.text_config = settings["text_config"]
         self._conn: psycopg.Connection[Any] | None = None
-        self._setup(conn)
+        try:
+            self._setup(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise BackendError(f"cannot set up the connection to PostgreSQL at {describe(dsn)}: {exc}") from None
         self._conn = conn
 
     # ------------------------------------------------------------------------------------------------------
@@ -178,6 +185,9 @@ class PostgresStore(Store):
             conn = connect(self._dsn, connect_timeout=self._connect_timeout)
             try:
                 self._setup(conn)
+            except psycopg.Error as exc:
+                conn.close()
+                raise BackendError(f"cannot set up a new connection to PostgreSQL: {exc}") from None
             except BaseException:
                 conn.close()
                 raise
