@@ -13,7 +13,9 @@ import pytest
 from fake_openai_server import FakeOpenAIServer
 
 from tkg import HashEmbedder, Memory
-from tkg.cli import FactLines, MessageLine, llm_from_env, main, make_embedder, parse_jsonl
+from tkg.cli import main
+from tkg.cli_input import FactLines, MessageLine, parse_jsonl
+from tkg.environment import llm_from_env, make_embedder
 from tkg.errors import ConfigurationError, ValidationError
 
 FACTS = [

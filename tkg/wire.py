@@ -973,7 +973,8 @@ def open_for_serving(
       write-ahead journal, created if missing; every write is on disk before it is answered, and the journal is
       folded into the snapshot in the background, so a write never rewrites the whole file.
     """
-    from tkg import cli
+    from tkg.environment import make_embedder
+    from tkg.snapshot_paths import check_target, open_memory
 
     if snapshot is None and not demo:
         raise ValidationError("give --snapshot PATH (created on the first write if missing), or --demo")
@@ -983,13 +984,13 @@ def open_for_serving(
                 f"{snapshot} already exists; --demo writes a new snapshot: drop --demo to serve {snapshot}, "
                 "or pick another path"
             )
-        cli.check_target(snapshot)
-    chosen = cli.make_embedder(embedder)
+        check_target(snapshot)
+    chosen = make_embedder(embedder)
     if snapshot is None:
         memory = Memory(embedder=chosen, llm=llm)
         build_demo(memory)
         return memory, None
-    memory = cli.open_memory(snapshot, chosen, llm, create=True, durable=True)
+    memory = open_memory(snapshot, chosen, llm, create=True, durable=True)
     if demo:
         build_demo(memory)
         memory.compact()
@@ -1035,13 +1036,13 @@ def serve_command(prog: str, args: argparse.Namespace, start: Callable[[Served],
     is a configuration error: its message goes to stderr and the status is 2. On the way out, what was accepted is
     finished and saved, so nothing accepted is lost on a normal shutdown.
     """
-    from tkg import cli
     from tkg.background import BackgroundIngestor
+    from tkg.environment import llm_from_env
 
     ingestor: BackgroundIngestor | None = None
     memory: Memory | None = None
     try:
-        llm = None if args.no_llm else cli.llm_from_env()
+        llm = None if args.no_llm else llm_from_env()
         memory, after_write = open_for_serving(args.snapshot, embedder=args.embedder, demo=args.demo, llm=llm)
         ingestor = BackgroundIngestor(memory, resume=True) if args.background else None
         run = start(Served(memory, after_write, ingestor))
@@ -1070,6 +1071,6 @@ def serving_error(prog: str, exc: TkgError) -> int:
 
 def build_demo(memory: Memory) -> None:
     """Fill ``memory`` with the bundled demo data, exactly as ``tkg demo`` ingests it (group ``demo``)."""
-    from tkg import cli
+    from tkg import demo
 
-    cli.build_demo(memory)
+    demo.build_demo(memory)
