@@ -25,13 +25,14 @@ from typing import Any
 
 from tkg import pictures, snapshot
 from tkg.cli_input import KINDS, cli_time, ingest, parse_jsonl, read_input, record_counts
-from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural, results_json
+from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural
 from tkg.demo import DEMO_PAST, show_demo
 from tkg.environment import EMBEDDERS, embedder_choice, llm_from_env, make_embedder
 from tkg.errors import TkgError, ValidationError
 from tkg.memory import Memory
 from tkg.models import Entity, Episode, Fact, Kind
 from tkg.snapshot_paths import check_target, open_for_pictures, open_memory, require_snapshot
+from tkg.wire import results_json
 
 __all__ = ["build_parser", "main"]
 

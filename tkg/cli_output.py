@@ -6,9 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from datetime import datetime, time
-from typing import Any
 
-from tkg.memory import Memory
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
 from tkg.search import SearchResults
 
@@ -20,7 +18,6 @@ __all__ = [
     "format_results",
     "note",
     "plural",
-    "results_json",
 ]
 
 #: The exit status of a user's error (bad input, missing files, mismatched embedders), as argparse uses for usage.
@@ -94,10 +91,3 @@ def _episode_line(episode: Episode) -> str:
         return f"[{stamp}] {_preview(episode.content)}"
     origin = f" {episode.source_description}" if episode.source_description else ""
     return f"[{stamp}] ({episode.source.value}{origin}) {_preview(episode.content, _PREVIEW_CHARS - len(origin))}"
-
-
-def results_json(memory: Memory, results: SearchResults) -> dict[str, Any]:
-    """Search results as plain JSON values (timestamps in ISO-8601 UTC); the shape the MCP and HTTP doors use."""
-    from tkg import wire
-
-    return wire.results_json(memory, results)

@@ -10,8 +10,9 @@
 * **Limits.** A body over ``max_body_bytes`` is ``413``, answered from its ``Content-Length`` before it is read (and
   cut off as soon as a chunked one passes the limit). Malformed JSON is ``400``; a value that breaks the schema or
   a naive timestamp is ``422``. On any error nothing is written.
-* **Persistence.** ``after_write`` runs after each successful write under the write lock (the command line saves
-  the snapshot there, atomically).
+* **Persistence.** Served from the command line, the memory is durable (:meth:`tkg.Memory.open`): every write is
+  journalled before it is answered. ``after_write``, for a memory served otherwise, runs after each successful
+  write under the write lock.
 
 Run it::
 
@@ -45,6 +46,7 @@ from tkg.errors import (
 )
 from tkg.memory import Memory
 from tkg.models import check_group_id
+from tkg.serving import Served, add_serving_options, serve_command, serving_error
 from tkg.wire import (
     DEFAULT_CONTEXT_CHARS,
     DEFAULT_LIMIT,
@@ -72,13 +74,9 @@ from tkg.wire import (
     RemovalOut,
     ScopedMemory,
     SearchOut,
-    Served,
     Source,
     Timestamp,
-    add_serving_options,
     describe_errors,
-    serve_command,
-    serving_error,
 )
 
 if TYPE_CHECKING:
@@ -621,7 +619,6 @@ def main(argv: list[str] | None = None) -> int:
             served.memory,
             ring,
             max_body_bytes=args.max_body_bytes,
-            after_write=served.after_write,
             ingestor=served.ingestor,
         )
         listener = listening_socket(args.host, args.port)

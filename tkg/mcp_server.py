@@ -29,6 +29,7 @@ from pydantic import Field
 
 from tkg.errors import ConfigurationError, TkgError
 from tkg.memory import Memory
+from tkg.serving import Served, add_serving_options, serve_command
 from tkg.wire import (
     DEFAULT_CONTEXT_CHARS,
     DEFAULT_LIMIT,
@@ -54,12 +55,9 @@ from tkg.wire import (
     RemovalOut,
     ScopedMemory,
     SearchOut,
-    Served,
     Source,
     Timestamp,
-    add_serving_options,
     allowed_groups,
-    serve_command,
 )
 
 if TYPE_CHECKING:
@@ -404,7 +402,6 @@ def main(argv: list[str] | None = None) -> int:
             served.memory,
             groups=args.group,
             default_group=default,
-            after_write=served.after_write,
             ingestor=served.ingestor,
         )
         if args.transport == "stdio":

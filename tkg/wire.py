@@ -28,15 +28,11 @@ tkg.errors.NotFoundError: group 'u2' not found
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
@@ -49,7 +45,6 @@ from tkg.errors import (
     ExtractionFailedError,
     NotFoundError,
     TimestampError,
-    TkgError,
     ValidationError,
 )
 from tkg.ingest import EpisodeResult, RemovalResult
@@ -60,7 +55,6 @@ from tkg.timeutil import iso, to_utc
 
 if TYPE_CHECKING:
     from tkg.background import BackgroundIngestor
-    from tkg.llm.base import LLMClient
 
 __all__ = [
     "DEFAULT_CONTEXT_CHARS",
@@ -951,126 +945,3 @@ def _model(model: type[FactIn], data: object, what: str) -> FactIn:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         raise ValidationError(f"{what}: {describe_errors(exc.errors())}") from None
-
-
-# ----------------------------------------------------------------------------------------------------------
-# opening a memory for a server
-
-
-def open_for_serving(
-    snapshot: Path | None,
-    *,
-    embedder: str = "auto",
-    demo: bool = False,
-    llm: LLMClient | None = None,
-) -> tuple[Memory, Callable[[], object] | None]:
-    """The memory a door serves, and a hook to run after each write (always ``None`` now: kept for callers that
-    persist otherwise).
-
-    * ``demo``: the offline demo memory ``tkg demo`` builds (group ``demo``); with a snapshot path it is written
-      there first, which must not exist yet.
-    * with a snapshot path the memory is opened durably (:meth:`tkg.Memory.open`): the snapshot and its
-      write-ahead journal, created if missing; every write is on disk before it is answered, and the journal is
-      folded into the snapshot in the background, so a write never rewrites the whole file.
-    """
-    from tkg.environment import make_embedder
-    from tkg.snapshot_paths import check_target, open_memory
-
-    if snapshot is None and not demo:
-        raise ValidationError("give --snapshot PATH (created on the first write if missing), or --demo")
-    if snapshot is not None:
-        if demo and snapshot.exists():
-            raise ValidationError(
-                f"{snapshot} already exists; --demo writes a new snapshot: drop --demo to serve {snapshot}, "
-                "or pick another path"
-            )
-        check_target(snapshot)
-    chosen = make_embedder(embedder)
-    if snapshot is None:
-        memory = Memory(embedder=chosen, llm=llm)
-        build_demo(memory)
-        return memory, None
-    memory = open_memory(snapshot, chosen, llm, create=True, durable=True)
-    if demo:
-        build_demo(memory)
-        memory.compact()
-    return memory, None
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """What a door serves when started from its command line: the memory, the hook that saves it after each write
-    (``None``: kept in memory only) and, with ``--background``, the background ingestor over it."""
-
-    memory: Memory
-    after_write: Callable[[], object] | None
-    ingestor: BackgroundIngestor | None
-
-
-def add_serving_options(parser: argparse.ArgumentParser, *, background: str) -> None:
-    """Add the options both doors share: which memory to serve (``--snapshot``, ``--demo``), with which embedder,
-    with or without the LLM, and ``--background`` (``background`` is its help text, naming the door's own way to
-    queue an episode)."""
-    parser.add_argument(
-        "--snapshot",
-        type=Path,
-        help="memory to serve: its snapshot, every write journalled beside it (PATH.journal.*; created if missing)",
-    )
-    parser.add_argument("--demo", action="store_true", help="start from the offline demo memory (group 'demo')")
-    parser.add_argument(
-        "--embedder",
-        choices=("auto", "minilm", "hash", "openai"),
-        default="auto",
-        help="must match the snapshot's embedder (auto: MiniLM if the 'embed' extra is installed, else hash)",
-    )
-    parser.add_argument("--no-llm", action="store_true", help="ignore TKG_LLM_BASE_URL: no LLM extraction")
-    parser.add_argument("--background", action="store_true", help=background)
-
-
-def serve_command(prog: str, args: argparse.Namespace, start: Callable[[Served], Callable[[], object]]) -> int:
-    """Run a door from its parsed command line (the options of :func:`add_serving_options`); returns the exit status.
-
-    Opens the memory (:func:`open_for_serving`; the LLM from ``TKG_LLM_BASE_URL`` unless ``--no-llm``), starts the
-    background ingestor with ``--background`` (resuming episodes a previous run left queued), and calls ``start``,
-    which builds the server and returns what runs it until it stops. A :class:`~tkg.errors.TkgError` before then
-    is a configuration error: its message goes to stderr and the status is 2. On the way out, what was accepted is
-    finished and saved, so nothing accepted is lost on a normal shutdown.
-    """
-    from tkg.background import BackgroundIngestor
-    from tkg.environment import llm_from_env
-
-    ingestor: BackgroundIngestor | None = None
-    memory: Memory | None = None
-    try:
-        llm = None if args.no_llm else llm_from_env()
-        memory, after_write = open_for_serving(args.snapshot, embedder=args.embedder, demo=args.demo, llm=llm)
-        ingestor = BackgroundIngestor(memory, resume=True) if args.background else None
-        run = start(Served(memory, after_write, ingestor))
-    except TkgError as exc:
-        if ingestor is not None:  # nothing was served: what it resumed stays queued in the memory
-            ingestor.close(drain=False)
-        if memory is not None:
-            memory.close()
-        return serving_error(prog, exc)
-    try:
-        run()
-    finally:
-        if ingestor is not None:
-            ingestor.close(drain=True)
-            if after_write is not None:
-                after_write()
-        memory.close()  # the journal closed; every write was on disk already
-    return 0
-
-
-def serving_error(prog: str, exc: TkgError) -> int:
-    """Report a door's configuration error on stderr; returns the exit status for it (2)."""
-    print(f"{prog}: error: {exc}", file=sys.stderr)
-    return 2
-
-
-def build_demo(memory: Memory) -> None:
-    """Fill ``memory`` with the bundled demo data, exactly as ``tkg demo`` ingests it (group ``demo``)."""
-    from tkg import demo
-
-    demo.build_demo(memory)
