@@ -33,7 +33,9 @@ from tkg import (
     ValidationError,
 )
 from tkg.search import Scored, SearchResults
-from tkg.wire import ScopedMemory, SearchOut, parse_groups, parse_limit, parse_time, results_json
+from tkg.tenancy import ScopedMemory
+from tkg.wire_requests import parse_groups, parse_limit, parse_time
+from tkg.wire_shapes import SearchOut, results_json
 
 pytest.importorskip("fastapi")
 from tkg.http_service import KeyRing, create_app
@@ -92,7 +94,7 @@ def openapi_operations(svc: Service) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# wire: the request values and shapes both doors share
+# the request values, shapes and scoping both doors share
 
 
 def test_parse_time_is_strict() -> None:

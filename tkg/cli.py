@@ -32,7 +32,7 @@ from tkg.errors import TkgError, ValidationError
 from tkg.memory import Memory
 from tkg.models import Entity, Episode, Fact, Kind
 from tkg.snapshot_paths import check_target, open_for_pictures, open_memory, require_snapshot
-from tkg.wire import results_json
+from tkg.wire_shapes import results_json
 
 __all__ = ["build_parser", "main"]
 

@@ -19,7 +19,7 @@ from typing import Any
 from tkg.config import MemoryConfig
 from tkg.errors import TkgError, ValidationError
 from tkg.memory import FactInput, Memory
-from tkg.models import Kind
+from tkg.models import EpisodeSource, Kind
 from tkg.timeutil import iso, to_utc
 
 __all__ = [
@@ -42,7 +42,7 @@ _MESSAGE_KEYS = frozenset({"content", "speaker", "text", "reference_time", "sour
 _FACT_KEYS = frozenset(
     {"subject", "relation", "object", "fact", "valid_at", "invalid_at", "subject_label", "object_label"}
 )
-_SOURCES = ("message", "text", "json")
+_SOURCES = tuple(source.value for source in EpisodeSource)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """An HTTP service over a :class:`tkg.Memory`, for other services: FastAPI, OpenAPI documented, one API key per tenant.
 
 ``pip install "tkg[http]"``. Every operation of the MCP server is here under ``/v1/...``, built on the same
-:class:`tkg.wire.ScopedMemory`, so both doors accept and return the same shapes.
+:class:`tkg.tenancy.ScopedMemory`, so both doors accept and return the same shapes.
 
 * **Keys.** Each API key is bound to the groups (tenants) it may touch. Send it as ``Authorization: Bearer KEY`` or
   ``X-API-Key: KEY``; a missing or unknown key is ``401`` before anything else is looked at. Every read is filtered
@@ -47,7 +47,8 @@ from tkg.errors import (
 from tkg.memory import Memory
 from tkg.models import check_group_id
 from tkg.serving import Served, add_serving_options, serve_command, serving_error
-from tkg.wire import (
+from tkg.tenancy import ScopedMemory
+from tkg.wire_requests import (
     DEFAULT_CONTEXT_CHARS,
     DEFAULT_LIMIT,
     DEFAULT_PAGE,
@@ -55,28 +56,29 @@ from tkg.wire import (
     MAX_FACTS,
     MAX_PAGE,
     AsOf,
-    ContextOut,
-    EpisodeListOut,
-    EpisodeOut,
-    ErrorOut,
     FactIn,
     GroupId,
     GroupIds,
-    GroupsOut,
-    HistoryOut,
     IncludeInvalidated,
-    IngestionOut,
-    IngestOut,
     KnownAt,
     Limit,
     Query,
     RecordId,
-    RemovalOut,
-    ScopedMemory,
-    SearchOut,
     Source,
     Timestamp,
     describe_errors,
+)
+from tkg.wire_shapes import (
+    ContextOut,
+    EpisodeListOut,
+    EpisodeOut,
+    ErrorOut,
+    GroupsOut,
+    HistoryOut,
+    IngestionOut,
+    IngestOut,
+    RemovalOut,
+    SearchOut,
 )
 
 if TYPE_CHECKING:
@@ -274,7 +276,7 @@ async def _send_error(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# request bodies (the fields are wire's annotated types, which the MCP tools use too)
+# request bodies (the fields are tkg.wire_requests' annotated types, which the MCP tools use too)
 
 
 class _In(BaseModel):

@@ -1,7 +1,7 @@
 """An MCP server over a :class:`tkg.Memory`: tools to remember, search and forget, for any MCP-speaking agent.
 
 Built on the official ``mcp`` SDK (``pip install "tkg[mcp]"``); stdio transport, and streamable HTTP. The tools are
-thin: each validates its arguments and calls :class:`tkg.wire.ScopedMemory`, which the HTTP service uses too, so
+thin: each validates its arguments and calls :class:`tkg.tenancy.ScopedMemory`, which the HTTP service uses too, so
 both doors accept and return the same shapes.
 
 Run it::
@@ -30,7 +30,8 @@ from pydantic import Field
 from tkg.errors import ConfigurationError, TkgError
 from tkg.memory import Memory
 from tkg.serving import Served, add_serving_options, serve_command
-from tkg.wire import (
+from tkg.tenancy import ScopedMemory
+from tkg.wire_requests import (
     DEFAULT_CONTEXT_CHARS,
     DEFAULT_LIMIT,
     DEFAULT_PAGE,
@@ -38,26 +39,27 @@ from tkg.wire import (
     MAX_FACTS,
     MAX_PAGE,
     AsOf,
-    EpisodeListOut,
-    EpisodeOut,
     FactIn,
     GroupId,
     GroupIds,
-    GroupsOut,
-    HistoryOut,
     IncludeInvalidated,
-    IngestionOut,
-    IngestOut,
     KnownAt,
     Limit,
     Query,
     RecordId,
-    RemovalOut,
-    ScopedMemory,
-    SearchOut,
     Source,
     Timestamp,
     allowed_groups,
+)
+from tkg.wire_shapes import (
+    EpisodeListOut,
+    EpisodeOut,
+    GroupsOut,
+    HistoryOut,
+    IngestionOut,
+    IngestOut,
+    RemovalOut,
+    SearchOut,
 )
 
 if TYPE_CHECKING:
