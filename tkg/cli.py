@@ -27,7 +27,7 @@ from tkg import pictures, snapshot
 from tkg.cli_input import KINDS, cli_time, ingest, parse_jsonl, read_input, record_counts
 from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural
 from tkg.demo import DEMO_PAST, show_demo
-from tkg.environment import EMBEDDERS, embedder_choice, llm_from_env, make_embedder
+from tkg.environment import add_model_options, embedder_choice, llm_from_env, make_embedder
 from tkg.errors import TkgError, ValidationError
 from tkg.memory import Memory
 from tkg.models import Entity, Episode, Fact, Kind
@@ -197,13 +197,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``tkg`` argument parser with its subcommands."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--embedder",
-        choices=EMBEDDERS,
-        default="auto",
-        help="auto: MiniLM if the 'embed' extra is installed, else hash. Must match the snapshot's embedder.",
-    )
-    common.add_argument("--no-llm", action="store_true", help="ignore TKG_LLM_BASE_URL: no LLM extraction")
+    add_model_options(common)
     filters = argparse.ArgumentParser(add_help=False)
     filters.add_argument("--snapshot", required=True, help="snapshot file to read")
     filters.add_argument("--group", action="append", help="search only this group (repeatable); default: all")

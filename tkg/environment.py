@@ -11,6 +11,7 @@ import):
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 
@@ -20,10 +21,21 @@ from tkg.embedders.hashing import HashEmbedder
 from tkg.errors import ConfigurationError
 from tkg.llm.base import LLMClient
 
-__all__ = ["EMBEDDERS", "describe_llm", "embedder_choice", "llm_from_env", "make_embedder"]
+__all__ = ["EMBEDDERS", "add_model_options", "describe_llm", "embedder_choice", "llm_from_env", "make_embedder"]
 
 #: The ``--embedder`` choices every command line offers.
 EMBEDDERS = ("auto", "minilm", "hash", "openai")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--embedder`` (read by :func:`make_embedder`) and ``--no-llm`` (skip :func:`llm_from_env`)."""
+    parser.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        default="auto",
+        help="auto: MiniLM if the 'embed' extra is installed, else hash. Must match the snapshot's embedder.",
+    )
+    parser.add_argument("--no-llm", action="store_true", help="ignore TKG_LLM_BASE_URL: no LLM extraction")
 
 
 def make_embedder(choice: str, env: Mapping[str, str] | None = None) -> Embedder:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tkg.background import BackgroundIngestor
 from tkg.demo import build_demo
-from tkg.environment import EMBEDDERS, llm_from_env, make_embedder
+from tkg.environment import add_model_options, llm_from_env, make_embedder
 from tkg.errors import TkgError, ValidationError
 from tkg.llm.base import LLMClient
 from tkg.memory import Memory
@@ -83,13 +83,7 @@ def add_serving_options(parser: argparse.ArgumentParser, *, background: str) -> 
         help="memory to serve: its snapshot, every write journalled beside it (PATH.journal.*; created if missing)",
     )
     parser.add_argument("--demo", action="store_true", help="start from the offline demo memory (group 'demo')")
-    parser.add_argument(
-        "--embedder",
-        choices=EMBEDDERS,
-        default="auto",
-        help="must match the snapshot's embedder (auto: MiniLM if the 'embed' extra is installed, else hash)",
-    )
-    parser.add_argument("--no-llm", action="store_true", help="ignore TKG_LLM_BASE_URL: no LLM extraction")
+    add_model_options(parser)
     parser.add_argument("--background", action="store_true", help=background)
 
 
