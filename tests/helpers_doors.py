@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tkg import HashEmbedder, Memory
-from tkg.wire import build_demo
+from tkg.demo import build_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A string only tenant "beta" holds: it must never appear in an answer to anyone else.

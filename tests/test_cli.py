@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,8 +14,11 @@ import pytest
 from fake_openai_server import FakeOpenAIServer
 
 from tkg import HashEmbedder, Memory
-from tkg.cli import FactLines, MessageLine, llm_from_env, main, make_embedder, parse_jsonl
+from tkg.cli import main
+from tkg.cli_input import FactLines, MessageLine, parse_jsonl
+from tkg.environment import llm_from_env, make_embedder
 from tkg.errors import ConfigurationError, ValidationError
+from tkg.wire_shapes import EntityOut, EpisodeOut, FactOut, SearchOut
 
 FACTS = [
     {
@@ -231,9 +235,14 @@ def test_search_json(snap: Path, capsys: pytest.CaptureFixture[str]) -> None:
     acme = next(f for f in data["facts"] if f["target"] == "Acme")
     assert acme["source"] == "Alice" and acme["relation"] == "WORKS_AT"
     assert (acme["valid_at"], acme["invalid_at"]) == ("2019-03-01T00:00:00Z", "2023-02-28T00:00:00Z")
-    assert all(isinstance(f["score"], float) for f in data["facts"])
-    assert {"id", "name", "labels", "summary", "score"} <= set(data["entities"][0])
-    assert {"id", "content", "reference_time", "source", "score"} <= set(data["episodes"][0])
+    # exactly the shape the MCP and HTTP doors publish, every record scored, best first, within the limit
+    assert SearchOut.model_validate(data).model_dump(mode="json") == data
+    for kind, shape in (("facts", FactOut), ("entities", EntityOut), ("episodes", EpisodeOut)):
+        assert 1 <= len(data[kind]) <= 5
+        assert all(set(record) == set(shape.model_fields) for record in data[kind])
+        scores = [record["score"] for record in data[kind]]
+        assert all(isinstance(score, float) for score in scores) and scores == sorted(scores, reverse=True)
+    assert data["communities"] == []  # tkg search looks at facts, entities and episodes
 
 
 def test_search_filters_by_group(snap: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,11 +265,19 @@ def test_context(snap: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_stats(snap: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "stats", "--snapshot", str(snap))
-    assert code == 0
-    assert "hash-384-tri (384-d; --embedder hash)" in out
-    assert "episodes     4" in out
-    assert "facts        3  (2 current, 1 ended)" in out
+    code, out, err = run(capsys, "stats", "--snapshot", str(snap))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert re.fullmatch(rf"snapshot     {re.escape(str(snap))} \({snap.stat().st_size:,} bytes, saved \S+\)", lines[0])
+    assert lines[1:6] == [
+        "embedder     hash-384-tri (384-d; --embedder hash)",
+        "groups       default",
+        "episodes     4",
+        "entities     5",  # Alice Acme Globex Bob Boston; the speakers are Alice and Bob
+        "facts        3  (2 current, 1 ended)",
+    ]
+    # then one line per other kind of record (how many communities label propagation finds is not the CLI's say)
+    assert [line.split()[0] for line in lines[6:]] == ["communities", "mentions", "memberships"]
 
 
 @pytest.mark.parametrize("command", ["search", "context", "stats"])
@@ -421,21 +438,39 @@ def test_demo_offline_with_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixt
     path = tmp_path / "demo.tkg"
     code, out, err = run(capsys, "demo", "--snapshot", str(path), "--embedder", "hash")
     assert code == 0, err
-    assert len(out.splitlines()) < 60
-    assert "LLM none" in out and "LLM calls: 0" in out
-    assert "15 structured facts" in out and "12 chat messages" in out
-    assert "Lumen Labs is hiring backend engineers" in out  # a message episode found by search
-    assert "<FACTS>" in out
+    sections = out.split("\n\n")
+    assert sections[0] == "tkg demo: a temporal knowledge graph (embedder hash-384-tri, LLM none)"
+    assert sections[1].splitlines() == [
+        "[1] ingest",
+        "  15 structured facts (demo_facts.jsonl) through add_facts, no LLM involved",
+        "  12 chat messages (demo_messages.jsonl) stored as episodes, speakers as entities",
+        "  (set TKG_LLM_BASE_URL to an OpenAI-compatible endpoint to extract facts from messages)",
+        "  memory holds 13 episodes, 12 entities, 15 facts; LLM calls: 0",
+    ]
+    found = sections[2].splitlines()
+    assert found[0] == '[2] tkg search "Who is hiring backend engineers?" --limit 3'
+    # each kind's title, then its three best with their scores
+    assert [line for line in found[1:] if not line.startswith("    ")] == ["  facts", "  entities", "  episodes"]
+    assert sum(bool(re.match(r"    \d\.\d{4}  \S", line)) for line in found) == 9
+    assert "Lumen Labs is hiring backend engineers" in sections[2]  # a message episode found by search
+    assert sections[3].startswith('[3] tkg context "Where does Alice live and work?" --limit 4: the text an agent')
+    assert "\n  <FACTS>\n" in sections[3] and "\n  </FACTS>" in sections[3]
     past, now = as_of_lines(out)
-    assert "Acme" in past and "Globex" not in past
-    assert "Globex" in now and "Acme" not in now
+    assert past == "  as of 2021-06-01   Alice works at Acme as a data engineer (2019-03-01 - 2023-02-28)"
+    assert re.fullmatch(
+        r"  now \(\d{4}-\d\d-\d\d\)   Alice works at Globex as a staff engineer \(2023-03-01 - present\)", now
+    )
+    saved = f"saved {path} ({path.stat().st_size:,} bytes); try: tkg search Alice --snapshot {path} --embedder hash"
+    assert out.endswith(f"\n\n{saved} --as-of 2021-06-01\n")
     memory = Memory.load(path, embedder=HashEmbedder())
     assert memory.stats()["records"]["episode"] == 13
     code, out, _ = search(capsys, path, "Where does Alice work?", "--as-of", "2021-06-01", "--group", "demo")
     assert "Alice works at Acme as a data engineer  (2019-03-01 - 2023-02-28)" in out
     # the demo never overwrites a file
-    code, _, err = run(capsys, "demo", "--snapshot", str(path), "--embedder", "hash")
-    assert code == 2 and "already exists" in err
+    before = path.read_bytes()
+    code, out, err = run(capsys, "demo", "--snapshot", str(path), "--embedder", "hash")
+    assert (code, out) == (2, "") and "already exists" in err
+    assert path.read_bytes() == before
 
 
 def test_demo_with_the_default_embedder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

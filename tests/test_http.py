@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import pytest
@@ -32,8 +32,11 @@ from tkg import (
     TimestampError,
     ValidationError,
 )
+from tkg.models import EpisodeSource
 from tkg.search import Scored, SearchResults
-from tkg.wire import ScopedMemory, SearchOut, parse_groups, parse_limit, parse_time, results_json
+from tkg.tenancy import ScopedMemory
+from tkg.wire_requests import Source, parse_fact, parse_groups, parse_limit, parse_time
+from tkg.wire_shapes import SearchOut, results_json
 
 pytest.importorskip("fastapi")
 from tkg.http_service import KeyRing, create_app
@@ -92,7 +95,7 @@ def openapi_operations(svc: Service) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# wire: the request values and shapes both doors share
+# the request values, shapes and scoping both doors share
 
 
 def test_parse_time_is_strict() -> None:
@@ -116,6 +119,25 @@ def test_parse_limits_and_groups() -> None:
     for bad in ([], ["bad group"], [""], 7, ["-x"]):
         with pytest.raises(ValidationError):
             parse_groups(bad)
+
+
+def test_parse_fact_names_the_bad_one_and_its_field() -> None:
+    good = {"subject": "Ann", "relation": "LIVES_IN", "object": "Oslo", "valid_at": "2024-05-01T02:00:00+02:00"}
+    fact = parse_fact(good, "facts[0]")
+    assert (fact.subject, fact.valid_at) == ("Ann", datetime(2024, 5, 1, tzinfo=UTC))
+    assert parse_fact(fact, "facts[0]") is fact
+    for bad, message in [
+        (["Ann", "LIVES_IN", "Oslo"], r"^facts\[2\] must be an object with subject, relation and object$"),
+        ({**good, "object": ""}, r"^facts\[2\]: object: String should have at least 1 character$"),
+        ({**good, "valid_at": "2024-05-01"}, r"^facts\[2\]: valid_at '2024-05-01' has no UTC offset"),
+        ({**good, "colour": "red"}, r"^facts\[2\]: colour: Extra inputs are not permitted$"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            parse_fact(bad, "facts[2]")
+
+
+def test_the_source_values_are_the_episode_sources() -> None:
+    assert get_args(Source) == tuple(source.value for source in EpisodeSource)
 
 
 def test_scoped_memory_refuses_one_string_as_its_groups() -> None:
@@ -801,9 +823,17 @@ def test_command_line_serves(tmp_path: Path) -> None:
 def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tkg.http_service import main
 
-    assert main(["--demo", "--keys", str(tmp_path / "none.json"), "--embedder", "hash"]) == 2
-    assert "key file" in capsys.readouterr().err
+    none = tmp_path / "none.json"
+    assert main(["--demo", "--keys", str(none), "--embedder", "hash"]) == 2
+    assert capsys.readouterr() == ("", f"tkg-http: error: key file {none} does not exist\n")
     keys = tmp_path / "keys.json"
     keys.write_text('{"k": ["demo"]}', encoding="utf-8")
     assert main(["--keys", str(keys), "--embedder", "hash"]) == 2
-    assert "--snapshot" in capsys.readouterr().err
+    assert capsys.readouterr() == (
+        "",
+        "tkg-http: error: give --snapshot PATH (created on the first write if missing), or --demo\n",
+    )
+    # a demo snapshot is written only once the key file is read: a bad key file leaves no file behind
+    snapshot = tmp_path / "demo.tkg"
+    assert main(["--demo", "--snapshot", str(snapshot), "--keys", str(none), "--embedder", "hash"]) == 2
+    assert "key file" in capsys.readouterr().err and list(tmp_path.glob("demo.tkg*")) == []

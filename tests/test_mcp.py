@@ -375,19 +375,26 @@ def test_streamable_http(tmp_path: Path) -> None:
 def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tkg.mcp_server import main
 
+    def error() -> str:
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("tkg-mcp: error: ") and captured.err.count("\n") == 1
+        return captured.err
+
     assert main(["--embedder", "hash"]) == 2
-    assert "--snapshot" in capsys.readouterr().err
+    assert error() == "tkg-mcp: error: give --snapshot PATH (created on the first write if missing), or --demo\n"
     existing = tmp_path / "there.tkg"
     existing.write_bytes(b"x")
     assert main(["--demo", "--snapshot", str(existing), "--embedder", "hash"]) == 2
-    assert "already exists" in capsys.readouterr().err
+    assert "already exists" in error()
     assert existing.read_bytes() == b"x"
-    assert main(["--snapshot", str(tmp_path / "no-such-dir" / "m.tkg"), "--embedder", "hash"]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    missing = tmp_path / "no-such-dir" / "m.tkg"
+    assert main(["--snapshot", str(missing), "--embedder", "hash"]) == 2
+    assert error() == f"tkg-mcp: error: cannot save {missing}: directory {missing.parent} does not exist\n"
+    assert not missing.parent.exists()
     # an error once the background ingestor runs: reported, and its worker threads are stopped
     before = {t for t in threading.enumerate() if t.name.startswith("tkg-ingest")}
     assert main(["--demo", "--background", "--group", "bad group", "--embedder", "hash", "--no-llm"]) == 2
-    assert "group_id 'bad group' is invalid" in capsys.readouterr().err
+    assert "group_id 'bad group' is invalid" in error()
     assert {t for t in threading.enumerate() if t.name.startswith("tkg-ingest")} == before
 
 

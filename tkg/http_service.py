@@ -1,7 +1,7 @@
 """An HTTP service over a :class:`tkg.Memory`, for other services: FastAPI, OpenAPI documented, one API key per tenant.
 
 ``pip install "tkg[http]"``. Every operation of the MCP server is here under ``/v1/...``, built on the same
-:class:`tkg.wire.ScopedMemory`, so both doors accept and return the same shapes.
+:class:`tkg.tenancy.ScopedMemory`, so both doors accept and return the same shapes.
 
 * **Keys.** Each API key is bound to the groups (tenants) it may touch. Send it as ``Authorization: Bearer KEY`` or
   ``X-API-Key: KEY``; a missing or unknown key is ``401`` before anything else is looked at. Every read is filtered
@@ -10,8 +10,9 @@
 * **Limits.** A body over ``max_body_bytes`` is ``413``, answered from its ``Content-Length`` before it is read (and
   cut off as soon as a chunked one passes the limit). Malformed JSON is ``400``; a value that breaks the schema or
   a naive timestamp is ``422``. On any error nothing is written.
-* **Persistence.** ``after_write`` runs after each successful write under the write lock (the command line saves
-  the snapshot there, atomically).
+* **Persistence.** Served from the command line, the memory is durable (:meth:`tkg.Memory.open`): every write is
+  journalled before it is answered. ``after_write``, for a memory served otherwise, runs after each successful
+  write under the write lock.
 
 Run it::
 
@@ -22,8 +23,6 @@ Keys are read from the key file when the service starts, never from the environm
 """
 
 import argparse
-import hashlib
-import json
 import socket
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -43,9 +42,11 @@ from tkg.errors import (
     UnknownGroupError,
     ValidationError,
 )
+from tkg.http_gate import Gate, KeyRing, key_groups
 from tkg.memory import Memory
-from tkg.models import check_group_id
-from tkg.wire import (
+from tkg.serving import Served, add_serving_options, serve_command, serving_error
+from tkg.tenancy import ScopedMemory
+from tkg.wire_requests import (
     DEFAULT_CONTEXT_CHARS,
     DEFAULT_LIMIT,
     DEFAULT_PAGE,
@@ -53,37 +54,33 @@ from tkg.wire import (
     MAX_FACTS,
     MAX_PAGE,
     AsOf,
-    ContextOut,
-    EpisodeListOut,
-    EpisodeOut,
-    ErrorOut,
     FactIn,
     GroupId,
     GroupIds,
-    GroupsOut,
-    HistoryOut,
     IncludeInvalidated,
-    IngestionOut,
-    IngestOut,
     KnownAt,
     Limit,
     Query,
     RecordId,
-    RemovalOut,
-    ScopedMemory,
-    SearchOut,
-    Served,
     Source,
     Timestamp,
-    add_serving_options,
     describe_errors,
-    serve_command,
-    serving_error,
+)
+from tkg.wire_shapes import (
+    ContextOut,
+    EpisodeListOut,
+    EpisodeOut,
+    ErrorOut,
+    GroupsOut,
+    HistoryOut,
+    IngestionOut,
+    IngestOut,
+    RemovalOut,
+    SearchOut,
 )
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from tkg.background import BackgroundIngestor
 
@@ -93,8 +90,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "KeyRing", "create_app", "main"]
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000
-_OPEN_PATHS = frozenset({"/v1/health"})
-_STATE_KEY = "tkg.groups"
 
 
 def _require_http() -> None:
@@ -106,177 +101,7 @@ def _require_http() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# keys
-
-
-class KeyRing:
-    """API keys and the groups each may touch. Keys are kept only as SHA-256 digests.
-
-    >>> ring = KeyRing({"k-alpha-0123456789": ["alpha"]})
-    >>> sorted(ring.groups_for("k-alpha-0123456789")), ring.groups_for("nope")
-    (['alpha'], None)
-    """
-
-    def __init__(self, keys: Mapping[str, Collection[str]]) -> None:
-        if not isinstance(keys, Mapping) or not keys:
-            raise ConfigurationError("the key ring needs at least one key, as {key: [group, ...]}")
-        self._groups: dict[str, frozenset[str]] = {}
-        for key, groups in keys.items():
-            if not isinstance(key, str) or not key or key != key.strip() or not key.isprintable():
-                raise ConfigurationError("an API key must be a non-empty printable string without surrounding spaces")
-            if isinstance(groups, str) or not isinstance(groups, Collection) or not groups:
-                raise ConfigurationError(f"key ...{key[-4:]}: give a non-empty list of groups")
-            try:
-                allowed = frozenset(check_group_id(g) for g in groups)
-            except ValidationError as exc:
-                raise ConfigurationError(f"key ...{key[-4:]}: {exc}") from None
-            self._groups[_digest(key)] = allowed
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "KeyRing":
-        """Read a key file: a JSON object ``{"key": ["group", ...], ...}``."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigurationError(f"key file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(f"key file {path} cannot be read: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"key file {path} is not JSON: {exc.msg} (line {exc.lineno})") from None
-        if not isinstance(data, dict):
-            raise ConfigurationError(f'key file {path} must hold a JSON object {{"key": ["group", ...]}}')
-        try:
-            return cls(data)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"key file {path}: {exc}") from None
-
-    def groups_for(self, key: str) -> frozenset[str] | None:
-        """The groups ``key`` may touch, or ``None`` for an unknown key."""
-        return self._groups.get(_digest(key))
-
-    def __len__(self) -> int:
-        return len(self._groups)
-
-
-def _digest(key: str) -> str:
-    # Looking up a digest, not the key, keeps lookup time independent of how much of a guessed key is right.
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _key_from(headers: Mapping[str, str]) -> str | None:
-    api_key = headers.get("x-api-key")
-    if api_key:
-        return api_key.strip()
-    scheme, _, credentials = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and credentials.strip():
-        return credentials.strip()
-    return None
-
-
-# ----------------------------------------------------------------------------------------------------------
-# the gate: authentication and body size, before the application sees the request
-
-
-class _Gate:
-    """ASGI middleware: 401 for a missing or unknown key on ``/v1/`` (before the application sees the request; a
-    body within the limit is read and dropped first, so the connection stays usable and the client is not reset
-    before it reads the answer), 413 for a body over the limit (from Content-Length without reading it, or as soon
-    as a chunked body passes the limit)."""
-
-    def __init__(self, app: "ASGIApp", ring: "KeyRing", max_body_bytes: int) -> None:
-        self.app = app
-        self.ring = ring
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        path = str(scope.get("path", ""))
-        if path.startswith("/v1/") and path not in _OPEN_PATHS:
-            key = _key_from(headers)
-            groups = self.ring.groups_for(key) if key else None
-            if groups is None:
-                detail = (
-                    "unknown API key"
-                    if key
-                    else "missing API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'"
-                )
-                # Read a body within the limit before answering: closing a socket with unread bytes on it makes
-                # the kernel reset the connection, and the client may lose the 401 it was sent.
-                drained = await self._drain(receive, headers)
-                await _send_error(send, 401, "unauthorized", detail, {"www-authenticate": "Bearer"}, close=not drained)
-                return
-            scope.setdefault("state", {})[_STATE_KEY] = groups
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                await _send_error(send, 400, "bad_request", f"Content-Length {length!r} is not a number")
-                return
-            if int(length) > self.max_body_bytes:
-                await _send_error(send, 413, "payload_too_large", self._too_large(int(length)))
-                return
-        from starlette.exceptions import HTTPException
-
-        received = 0
-
-        async def limited_receive() -> "Message":
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    # An HTTPException passes through FastAPI's body reading to the app's error handler.
-                    raise HTTPException(413, self._too_large(None))
-            return message
-
-        await self.app(scope, limited_receive, send)
-
-    async def _drain(self, receive: "Receive", headers: Mapping[str, str]) -> bool:
-        """Read and drop the request body if it fits the size limit; False when it does not (or cannot be read)."""
-        length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return False
-        if length == "0" or (length is None and "transfer-encoding" not in headers):
-            return True
-        received = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return False
-            received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                return False
-            if not message.get("more_body", False):
-                return True
-
-    def _too_large(self, length: int | None) -> str:
-        size = f"{length:,} bytes" if length is not None else "the body"
-        return f"request body too large: {size} over the limit of {self.max_body_bytes:,} bytes"
-
-
-async def _send_error(
-    send: "Send",
-    status: int,
-    error: str,
-    detail: str,
-    headers: Mapping[str, str] | None = None,
-    *,
-    close: bool = True,
-) -> None:
-    body = json.dumps({"error": error, "detail": detail}).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    if close:  # the request body is left unread on the socket, so the connection cannot be reused
-        raw.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
-
-
-# ----------------------------------------------------------------------------------------------------------
-# request bodies (the fields are wire's annotated types, which the MCP tools use too)
+# request bodies (the fields are tkg.wire_requests' annotated types, which the MCP tools use too)
 
 
 class _In(BaseModel):
@@ -420,7 +245,7 @@ def create_app(
             "(`2024-05-01T12:00:00Z`); naive ones are refused with 422."
         ),
     )
-    app.add_middleware(_Gate, ring=ring, max_body_bytes=max_body_bytes)
+    app.add_middleware(Gate, ring=ring, max_body_bytes=max_body_bytes)
     bearer = HTTPBearer(auto_error=False, description="The API key as a bearer token.")
     header_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key.")
 
@@ -430,7 +255,7 @@ def create_app(
         _header: Annotated[Any, Security(header_key)] = None,
     ) -> ScopedMemory:
         # The gate checked the key before the body was read; the Security parameters document it in OpenAPI.
-        groups = request.scope.get("state", {}).get(_STATE_KEY)
+        groups = key_groups(request.scope)
         if groups is None:
             raise HTTPException(401, "missing API key", headers={"WWW-Authenticate": "Bearer"})
         return base.narrow(groups)
@@ -621,7 +446,6 @@ def main(argv: list[str] | None = None) -> int:
             served.memory,
             ring,
             max_body_bytes=args.max_body_bytes,
-            after_write=served.after_write,
             ingestor=served.ingestor,
         )
         listener = listening_socket(args.host, args.port)

@@ -1,7 +1,7 @@
 """An MCP server over a :class:`tkg.Memory`: tools to remember, search and forget, for any MCP-speaking agent.
 
 Built on the official ``mcp`` SDK (``pip install "tkg[mcp]"``); stdio transport, and streamable HTTP. The tools are
-thin: each validates its arguments and calls :class:`tkg.wire.ScopedMemory`, which the HTTP service uses too, so
+thin: each validates its arguments and calls :class:`tkg.tenancy.ScopedMemory`, which the HTTP service uses too, so
 both doors accept and return the same shapes.
 
 Run it::
@@ -29,7 +29,9 @@ from pydantic import Field
 
 from tkg.errors import ConfigurationError, TkgError
 from tkg.memory import Memory
-from tkg.wire import (
+from tkg.serving import Served, add_serving_options, serve_command
+from tkg.tenancy import ScopedMemory
+from tkg.wire_requests import (
     DEFAULT_CONTEXT_CHARS,
     DEFAULT_LIMIT,
     DEFAULT_PAGE,
@@ -37,29 +39,27 @@ from tkg.wire import (
     MAX_FACTS,
     MAX_PAGE,
     AsOf,
-    EpisodeListOut,
-    EpisodeOut,
     FactIn,
     GroupId,
     GroupIds,
-    GroupsOut,
-    HistoryOut,
     IncludeInvalidated,
-    IngestionOut,
-    IngestOut,
     KnownAt,
     Limit,
     Query,
     RecordId,
-    RemovalOut,
-    ScopedMemory,
-    SearchOut,
-    Served,
     Source,
     Timestamp,
-    add_serving_options,
     allowed_groups,
-    serve_command,
+)
+from tkg.wire_shapes import (
+    EpisodeListOut,
+    EpisodeOut,
+    GroupsOut,
+    HistoryOut,
+    IngestionOut,
+    IngestOut,
+    RemovalOut,
+    SearchOut,
 )
 
 if TYPE_CHECKING:
@@ -404,7 +404,6 @@ def main(argv: list[str] | None = None) -> int:
             served.memory,
             groups=args.group,
             default_group=default,
-            after_write=served.after_write,
             ingestor=served.ingestor,
         )
         if args.transport == "stdio":

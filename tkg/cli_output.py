@@ -1,0 +1,93 @@
+"""What the ``tkg`` command line prints: search results as text (facts with the period each held, entities,
+episodes), counts in words, and the one-line notes and errors on stderr."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from datetime import datetime, time
+
+from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
+from tkg.search import SearchResults
+
+__all__ = [
+    "EXIT_ERROR",
+    "count_line",
+    "error",
+    "fact_range",
+    "format_results",
+    "note",
+    "plural",
+]
+
+#: The exit status of a user's error (bad input, missing files, mismatched embedders), as argparse uses for usage.
+EXIT_ERROR = 2
+
+_PREVIEW_CHARS = 100
+PLURALS = {kind.value: kind.value + "s" for kind in Kind} | {"entity": "entities", "community": "communities"}
+
+
+def note(message: str) -> None:
+    """A note for the user on stderr (stdout stays the command's answer)."""
+    print(f"tkg: note: {message}", file=sys.stderr)
+
+
+def error(message: str) -> int:
+    """Report a user's error as one line on stderr; returns the exit status for it."""
+    print(f"tkg: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def plural(count: int, word: str) -> str:
+    """``1 fact``, ``2 facts``, ``3 entities``."""
+    return f"{count} {word}" if count == 1 else f"{count} {PLURALS.get(word, word + 's')}"
+
+
+def count_line(counts: Mapping[str, int]) -> str:
+    """``4 episodes, 5 entities, 3 facts``."""
+    return ", ".join(plural(counts.get(kind, 0), kind) for kind in ("episode", "entity", "fact"))
+
+
+def _when(value: datetime | None, missing: str) -> str:
+    if value is None:
+        return missing
+    return value.strftime("%Y-%m-%d") if value.time() == time(0) else value.strftime("%Y-%m-%d %H:%M")
+
+
+def fact_range(fact: Fact) -> str:
+    """``(2019-03-01 - 2023-02-28)``: when the fact held; ``present`` when it has not ended."""
+    return f"({_when(fact.valid_at, 'unknown')} - {_when(fact.invalid_at, 'present')})"
+
+
+def _preview(text: str, limit: int = _PREVIEW_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def format_results(results: SearchResults, indent: str = "") -> list[str]:
+    """Search results as text: facts with their validity ranges, entities, episodes; each with its score."""
+    sections: list[tuple[str, list[str]]] = [
+        ("facts", [f"{s.score:.4f}  {s.record.fact}  {fact_range(s.record)}" for s in results.facts]),
+        ("entities", [f"{s.score:.4f}  {_entity_line(s.record)}" for s in results.entities]),
+        ("episodes", [f"{s.score:.4f}  {_episode_line(s.record)}" for s in results.episodes]),
+    ]
+    lines: list[str] = []
+    for title, rows in sections:
+        lines.append(f"{indent}{title}: none" if not rows else f"{indent}{title}")
+        lines += [f"{indent}  {row}" for row in rows]
+    return lines
+
+
+def _entity_line(entity: Entity) -> str:
+    labels = [label for label in entity.labels if label != "Entity"]
+    kinds = f" ({', '.join(labels)})" if labels else ""
+    summary = f": {_preview(entity.summary, 80)}" if entity.summary else ""
+    return f"{entity.name}{kinds}{summary}"
+
+
+def _episode_line(episode: Episode) -> str:
+    stamp = episode.reference_time.strftime("%Y-%m-%d %H:%M")
+    if episode.source is EpisodeSource.MESSAGE:
+        return f"[{stamp}] {_preview(episode.content)}"
+    origin = f" {episode.source_description}" if episode.source_description else ""
+    return f"[{stamp}] ({episode.source.value}{origin}) {_preview(episode.content, _PREVIEW_CHARS - len(origin))}"
