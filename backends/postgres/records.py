@@ -1,0 +1,166 @@
+"""Records as rows and rows as records: the columns of each table, the values of an upsert, key filters.
+
+Pure functions of the schema in :mod:`.schema`; nothing here talks to the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from psycopg.types.json import Json
+
+from tkg.codec import decode_value, encode_value
+from tkg.embedders.base import check_vectors
+from tkg.errors import EmbeddingError, ValidationError
+from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Kind, Record, search_text
+from tkg.names import normalize_name
+
+from .schema import TABLES
+
+#: Kinds whose rows carry a tsvector of their search text.
+TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
+#: Columns holding a map, stored as JSON (tkg.codec's tags for what JSON lacks).
+JSON_COLUMNS = frozenset({"attributes", "verdicts"})
+
+
+def _columns(kind: Kind) -> list[str]:
+    return [f.name for f in dataclasses.fields(TABLES[kind].record)]  # type: ignore[arg-type]
+
+
+#: The record fields of each kind, in the order of the tables' columns.
+COLUMNS: dict[Kind, list[str]] = {kind: _columns(kind) for kind in Kind}
+
+
+class Prepared:
+    """One record as the parameters of its upsert."""
+
+    __slots__ = ("key", "record", "values")
+
+    def __init__(self, record: Record, values: list[Any]) -> None:
+        self.record = record
+        self.values = values
+        self.key: tuple[str, ...] = tuple(str(getattr(record, c)) for c in TABLES[record.kind].key)
+
+
+def prepare(puts: Sequence[Record], dim: int, text_config: str) -> dict[Kind, dict[tuple[str, ...], Prepared]]:
+    """Validate every record in Python (types, vectors, what PostgreSQL cannot hold) before touching the
+    database; the last put of a key wins, as in the in-memory store."""
+    out: dict[Kind, dict[tuple[str, ...], Prepared]] = {}
+    types = tuple(RECORD_TYPES.values())
+    for record in puts:
+        if not isinstance(record, types):
+            raise ValidationError(f"cannot store {type(record).__name__}; expected a tkg record")
+        item = Prepared(record, row_values(record, dim, text_config))
+        out.setdefault(record.kind, {})[item.key] = item
+    return out
+
+
+def row_values(record: Record, dim: int, text_config: str) -> list[Any]:
+    """The parameters of ``record``'s upsert (see :func:`upsert_statement`)."""
+    values: list[Any] = []
+    vector_field = VECTOR_FIELD.get(record.kind)
+    for column in COLUMNS[record.kind]:
+        value = getattr(record, column)
+        if column == vector_field:
+            if value is not None:
+                try:
+                    check_vectors(value, dim)
+                except EmbeddingError as exc:
+                    raise EmbeddingError(f"{record.kind} {record.id}: {exc}") from None
+        elif column in JSON_COLUMNS:
+            value = _json(record, value)
+        elif isinstance(value, tuple):
+            value = list(value)
+            if any("\x00" in v for v in value):
+                raise ValidationError(f"{record.kind} {record.id}: PostgreSQL cannot store NUL characters")
+        elif isinstance(value, str):
+            if "\x00" in value:
+                raise ValidationError(
+                    f"{record.kind} {record.id}: {column} contains a NUL character, which PostgreSQL cannot store"
+                )
+            value = str(value)  # StrEnum -> its text
+        values.append(value)
+    if isinstance(record, Entity):
+        values.append(sorted({normalize_name(n) for n in (record.name, *record.aliases)}))
+    if record.kind in TEXT_KINDS:
+        values += [text_config, search_text(record)]
+    return values
+
+
+def _json(record: Record, attributes: Mapping[str, Any]) -> Json:
+    try:
+        text = json.dumps(encode_value(attributes, json=True), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"{record.kind} {record.id}: attributes must be JSON-like values (strings, numbers, booleans, None, "
+            f"bytes, datetimes, lists, maps) to be stored in PostgreSQL: {exc}"
+        ) from None
+    return Json(None, dumps=lambda _: text)
+
+
+def upsert_statement(kind: Kind) -> str:
+    """The insert-or-update of one row of ``kind`` (``{s}`` stands for the schema)."""
+    table = TABLES[kind]
+    columns = list(COLUMNS[kind])
+    placeholders = ["%s"] * len(columns)
+    if kind is Kind.ENTITY:
+        columns.append("names")
+        placeholders.append("%s")
+    if kind in TEXT_KINDS:
+        columns.append("tsv")
+        placeholders.append("to_tsvector(%s::regconfig, %s)")
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in table.key)
+    return (
+        f"INSERT INTO {{s}}.{table.name} ({', '.join(columns)}) VALUES ({', '.join(placeholders)}) "
+        f"ON CONFLICT ({', '.join(table.key)}) DO UPDATE SET {updates}"
+    )
+
+
+def select(kind: Kind) -> str:
+    """``SELECT seq, <the record's columns> FROM <the table>`` (rows for :func:`from_rows`)."""
+    return f"SELECT seq, {', '.join(COLUMNS[kind])} FROM {{s}}.{TABLES[kind].name}"
+
+
+def from_row(kind: Kind, row: Sequence[Any]) -> Record:
+    """The record of a row selected by :func:`select`."""
+    fields = dict(zip(COLUMNS[kind], row[1:], strict=True))
+    for name in JSON_COLUMNS.intersection(fields):
+        fields[name] = decode_value(fields[name], json=True)
+    for name in ("labels", "aliases", "episodes"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    return RECORD_TYPES[kind](**fields)
+
+
+def from_rows(kind: Kind, rows: Iterable[Sequence[Any]]) -> list[Any]:
+    return [from_row(kind, row) for row in rows]
+
+
+def key_filter(kind: Kind, alias: str = "") -> str:
+    """A condition matching the rows whose keys :func:`key_params` gives."""
+    table = TABLES[kind]
+    if len(table.key) == 1:
+        return f"{alias}{table.key[0]} = ANY(%(a)s::text[])"
+    a, b = table.key
+    return f"({alias}{a}, {alias}{b}) IN (SELECT * FROM unnest(%(a)s::text[], %(b)s::text[]))"
+
+
+def key_params(keys: Sequence[tuple[str, ...]]) -> dict[str, list[str]]:
+    params = {"a": [k[0] for k in keys]}
+    if keys and len(keys[0]) == 2:
+        params["b"] = [k[1] for k in keys]
+    return params
+
+
+def keys_of(pairs: Iterable[tuple[Kind, str]]) -> dict[Kind, list[tuple[str, ...]]]:
+    """Record ids as table keys, by kind (a link's id ``"first>entity"`` is a two-column key); an id that
+    cannot be a key of its table is left out (no row has it)."""
+    out: dict[Kind, list[tuple[str, ...]]] = {}
+    for kind, rid in pairs:
+        key = tuple(rid.split(">", 1)) if len(TABLES[kind].key) == 2 else (rid,)
+        if len(key) == len(TABLES[kind].key):
+            out.setdefault(kind, []).append(key)
+    return out

@@ -1,0 +1,212 @@
+"""One PostgreSQL session of a store: the connection (shared by threads, taking turns), reads retried once on a
+new connection, write transactions, cached statements, the cross-process group lock and closing.
+
+:class:`Session` is the base of :class:`~tkg.backends.postgres.PostgresStore`; its reads, searches and writes
+live in :mod:`.reads`, :mod:`.search` and :mod:`.writes`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, Self, TypeVar
+
+import psycopg
+from psycopg import sql
+
+from tkg.errors import BackendError, ConfigurationError, ValidationError
+from tkg.models import Kind
+from tkg.storage import Store
+
+from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
+from .schema import ensure_schema, quote_ident, render
+from .vectors import register_vector
+
+T = TypeVar("T")
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class Session(Store):
+    """The connection and coordination of a PostgreSQL store (see :class:`~tkg.backends.postgres.PostgresStore`
+    for the arguments)."""
+
+    shared: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        dsn: str,
+        dim: int,
+        *,
+        schema: str = "tkg",
+        text_config: str = "english",
+        ef_search: int = 64,
+        connect_timeout: int = 10,
+    ) -> None:
+        if not isinstance(dim, int) or dim < 1 or dim > 16000:
+            raise ValidationError("dim must be a positive integer (pgvector indexes up to 2000 dimensions)")
+        if not _SCHEMA_RE.match(schema):
+            raise ValidationError(f"schema {schema!r} is invalid: use 1-63 lower-case letters, digits and _")
+        self.dim = dim
+        self.schema = schema
+        self._dsn = dsn
+        self._ef_search = int(ef_search)
+        self._connect_timeout = connect_timeout
+        self._lock = threading.RLock()
+        self._sql: dict[str, sql.Composed] = {}
+        self._group_locks: dict[str, threading.Lock] = {}
+        self._lock_conn: psycopg.Connection[Any] | None = None
+        self._lock_conn_guard = threading.Lock()
+        self._common: dict[Kind, tuple[float, frozenset[str]]] = {}
+        conn = connect(dsn, connect_timeout=connect_timeout)
+        try:
+            self._ext_schema, self._pgvector = ensure_vector_extension(conn)
+            settings = ensure_schema(conn, schema, dim, text_config)
+        except psycopg.Error as exc:
+            conn.close()
+            raise BackendError(f"cannot open the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
+        if int(settings["dim"]) != dim:
+            conn.close()
+            raise ConfigurationError(
+                f"the tkg schema {schema!r} at {describe(dsn)} holds {settings['dim']}-d vectors; this store was "
+                f"opened with dim={dim}. Use the same embedder, or another schema"
+            )
+        self.text_config = settings["text_config"]
+        self._conn: psycopg.Connection[Any] | None = None
+        try:
+            self._setup(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise BackendError(f"cannot set up the connection to PostgreSQL at {describe(dsn)}: {exc}") from None
+        self._conn = conn
+
+    # ------------------------------------------------------------------------------------------------------
+    # connections
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(
+            "SELECT set_config('search_path', %s, false)",
+            [f"{quote_ident(self.schema)}, {quote_ident(self._ext_schema)}"],
+        )
+        register_vector(conn)
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(max(1, min(1000, self._ef_search)))])
+        if self._pgvector >= ITERATIVE_SCAN_PGVECTOR:
+            # Filtered k-NN keeps walking the graph until k admitted rows are found (pgvector >= 0.8).
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None and not conn.closed:
+                conn.close()
+            self._conn = None
+            conn = connect(self._dsn, connect_timeout=self._connect_timeout)
+            try:
+                self._setup(conn)
+            except psycopg.Error as exc:
+                conn.close()
+                raise BackendError(f"cannot set up a new connection to PostgreSQL: {exc}") from None
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return conn
+
+    def _read(self, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """Run a read on the connection; once more on a new connection if the old one dropped."""
+        with self._lock:
+            for attempt in (0, 1):
+                conn = self._connection()
+                try:
+                    with conn.cursor(binary=True) as cur:
+                        return fn(cur)
+                except psycopg.OperationalError as exc:
+                    if conn.broken and attempt == 0:
+                        continue
+                    raise BackendError(f"PostgreSQL read failed: {exc}") from None
+                except psycopg.Error as exc:
+                    raise BackendError(f"PostgreSQL read failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def _transaction(self, body: Callable[[psycopg.Cursor[Any]], None]) -> None:
+        """Run ``body`` in one transaction: all of it is written, or nothing."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.transaction(), conn.cursor(binary=True) as cur:
+                    body(cur)
+            except psycopg.OperationalError as exc:
+                if conn.broken or conn.closed:
+                    raise BackendError(
+                        f"the connection to PostgreSQL was lost during a write ({str(exc).strip()}); the server "
+                        "rolls back the unfinished transaction, so nothing of this batch was written. tkg reconnects "
+                        "on the next call"
+                    ) from None
+                raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
+            except psycopg.Error as exc:
+                raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
+
+    def _q(self, text: str) -> sql.Composed:
+        """A statement with ``{s}`` standing for this store's schema (rendered once, then cached)."""
+        found = self._sql.get(text)
+        if found is None:
+            found = self._sql[text] = render(text, self.schema)
+        return found
+
+    def close(self) -> None:
+        """Close the connections (the data stays in the database)."""
+        with self._lock:
+            for conn in (self._conn, self._lock_conn):
+                if conn is not None and not conn.closed:
+                    conn.close()
+            self._conn = self._lock_conn = None
+
+    def __del__(self) -> None:
+        # A store dropped without close() gives its connections back at once (servers limit connections).
+        for conn in (getattr(self, "_conn", None), getattr(self, "_lock_conn", None)):
+            if conn is not None and not conn.closed:
+                conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------------------
+    # cross-process coordination
+    @contextmanager
+    def group_lock(self, group_id: str, *, poll: float = 0.01) -> Iterator[None]:
+        """Hold the lock of ``group_id`` across processes (a PostgreSQL advisory lock) and threads.
+
+        Hold it around a read-modify-write cycle of one group, such as ingesting one episode, so that two
+        processes never plan from the same state and overwrite each other's changes.
+        """
+        with self._lock:
+            local = self._group_locks.setdefault(group_id, threading.Lock())
+        with local:
+            key = f"tkg-group:{self.schema}:{group_id}"
+            delay = poll
+            while not self._lock_call("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key):
+                time.sleep(delay)  # polling keeps one waiting group from blocking the lock connection
+                delay = min(delay * 2, 0.2)
+            try:
+                yield
+            finally:
+                self._lock_call("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
+
+    def _lock_call(self, statement: str, key: str) -> bool:
+        with self._lock_conn_guard:
+            conn = self._lock_conn
+            if conn is None or conn.closed or conn.broken:
+                self._lock_conn = conn = connect(self._dsn, connect_timeout=self._connect_timeout)
+            try:
+                row = conn.execute(statement, [key]).fetchone()  # type: ignore[arg-type]
+            except psycopg.Error as exc:
+                raise BackendError(f"PostgreSQL group lock failed: {exc}") from None
+            return bool(row and row[0])

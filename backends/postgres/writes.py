@@ -1,0 +1,114 @@
+"""Writes of a PostgreSQL store: a batch is one transaction (reference checks, upserts, deletes, counts), and a
+bulk load builds the search indexes once at the end."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+import psycopg
+
+from tkg.errors import BackendError
+from tkg.integrity import check_write
+from tkg.models import Kind, Record
+from tkg.storage import WriteBatch
+
+from .records import Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
+from .schema import SEARCH_INDEXES, TABLES
+from .session import Session
+
+Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
+
+
+class Writes(Session):
+    def write(self, batch: WriteBatch) -> None:
+        planned = prepare(batch.puts, self.dim, self.text_config)
+        deletes = [(Kind(kind), str(rid)) for kind, rid in batch.deletes]
+        self._transaction(lambda cur: self._apply(cur, planned, deletes))
+
+    def load(self, records: Iterable[Record]) -> None:
+        """Bulk-load records into an empty store (snapshot import): one transaction, search indexes built once at
+        the end instead of row by row."""
+        planned = prepare(list(records), self.dim, self.text_config)
+
+        def body(cur: psycopg.Cursor[Any]) -> None:
+            if cur.execute(self._q("SELECT 1 FROM {s}.counts LIMIT 1")).fetchone() is not None:
+                raise BackendError(f"load() needs an empty store; schema {self.schema!r} already holds records")
+            cur.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            for name in SEARCH_INDEXES:
+                cur.execute(self._q(f"DROP INDEX IF EXISTS {{s}}.{name}"))
+            self._apply(cur, planned, [])
+            for statement in SEARCH_INDEXES.values():
+                cur.execute(self._q(statement))
+            cur.execute(self._q("ANALYZE {s}.facts, {s}.entities, {s}.episodes, {s}.communities"))
+
+        self._transaction(body)
+
+    def _apply(self, cur: psycopg.Cursor[Any], planned: Planned, deletes: list[tuple[Kind, str]]) -> None:
+        """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts."""
+        check_write([p.record for items in planned.values() for p in items.values()], deletes, self._held(cur))
+        delta: Counter[tuple[str, str]] = Counter()
+        for kind in Kind:
+            items = planned.get(kind)
+            if items:
+                # Rows that exist are locked first, in one order for every writer (no deadlocks); then the puts go
+                # in batch order, so that new records get their insertion order (seq) as the batch gives it.
+                for _, group in self._existing(cur, kind, sorted(items)):
+                    delta[(kind.value, group)] -= 1
+                for item in items.values():
+                    delta[(kind.value, item.record.group_id)] += 1
+                self._upsert(cur, kind, list(items.values()))
+        deleted = keys_of(deletes)
+        for kind, keys in deleted.items():
+            for (group,) in self._delete(cur, kind, keys):
+                delta[(kind.value, group)] -= 1
+        self._count(cur, delta)
+
+    def _upsert(self, cur: psycopg.Cursor[Any], kind: Kind, items: list[Prepared]) -> None:
+        cur.executemany(self._q(upsert_statement(kind)), [p.values for p in items])
+
+    def _existing(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[Any, str]]:
+        table = TABLES[kind]
+        statement = self._q(
+            f"SELECT seq, group_id FROM {{s}}.{table.name} WHERE {key_filter(kind)} ORDER BY seq FOR UPDATE"
+        )
+        return cur.execute(statement, key_params(keys)).fetchall()
+
+    def _delete(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[str]]:
+        table = TABLES[kind]
+        statement = self._q(f"DELETE FROM {{s}}.{table.name} WHERE {key_filter(kind)} RETURNING group_id")
+        return cur.execute(statement, key_params(sorted(keys))).fetchall()
+
+    def _held(self, cur: psycopg.Cursor[Any]) -> Callable[[Kind, Collection[str]], Mapping[str, str]]:
+        """The lookup :func:`tkg.integrity.check_write` asks: which of these ids the database holds (in this
+        transaction), with their groups."""
+
+        def lookup(kind: Kind, ids: Collection[str]) -> Mapping[str, str]:
+            rows = cur.execute(
+                self._q(f"SELECT id, group_id FROM {{s}}.{TABLES[kind].name} WHERE id = ANY(%s::text[])"),
+                [sorted(ids)],
+            ).fetchall()
+            return {str(i): str(g) for i, g in rows}
+
+        return lookup
+
+    def _count(self, cur: psycopg.Cursor[Any], delta: Counter[tuple[str, str]]) -> None:
+        changes = sorted((k, g, n) for (k, g), n in delta.items() if n)
+        if not changes:
+            return
+        kinds, groups, ns = [c[0] for c in changes], [c[1] for c in changes], [c[2] for c in changes]
+        cur.execute(
+            self._q(
+                "INSERT INTO {s}.counts (kind, group_id, n) SELECT * FROM unnest(%s::text[], %s::text[], %s::int8[]) "
+                "ON CONFLICT (kind, group_id) DO UPDATE SET n = counts.n + excluded.n"
+            ),
+            [kinds, groups, ns],
+        )
+        cur.execute(
+            self._q(
+                "DELETE FROM {s}.counts c USING unnest(%s::text[], %s::text[]) AS d(kind, group_id) "
+                "WHERE c.kind = d.kind AND c.group_id = d.group_id AND c.n <= 0"
+            ),
+            [kinds, groups],
+        )
