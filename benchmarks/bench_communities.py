@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
 import render
+from measure import summarise_ms
 
 from tkg.backends.memory import InMemoryStore
 from tkg.clock import FixedClock
@@ -99,15 +99,9 @@ def build_records(n: int, args: argparse.Namespace, rng: random.Random) -> list[
 
 
 def summarise(values_s: Sequence[float]) -> dict[str, float]:
-    ms = sorted(v * 1000 for v in values_s)
-    if not ms:
+    if not values_s:
         return {}
-    return {
-        "p50_ms": statistics.median(ms),
-        "p95_ms": ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))],
-        "mean_ms": statistics.fmean(ms),
-        "max_ms": ms[-1],
-    }
+    return {f"{k}_ms": v for k, v in summarise_ms(values_s).items() if k != "n"}
 
 
 def timed(fn: Any) -> tuple[Any, float]:

@@ -64,6 +64,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import render  # noqa: E402  (benchmarks/render.py: the suite's JSON contract)
+from measure import summarise_ms  # noqa: E402  (the one percentile definition)
 
 import tkg  # noqa: E402
 from tkg.backends.memory import InMemoryStore  # noqa: E402
@@ -510,16 +511,8 @@ def query_texts(rng: random.Random, vocab: Vocabulary, count: int) -> list[str]:
 
 
 def summarise(values_s: Sequence[float]) -> dict[str, float]:
-    ms = np.asarray(values_s, dtype=np.float64) * 1000.0
-    if len(ms) == 0:
-        return {"p50": float("nan"), "p95": float("nan"), "mean": float("nan"), "max": float("nan"), "n": 0}
-    return {
-        "p50": float(np.percentile(ms, 50)),
-        "p95": float(np.percentile(ms, 95)),
-        "mean": float(ms.mean()),
-        "max": float(ms.max()),
-        "n": len(ms),
-    }
+    """p50/p95/mean/max in ms (the one percentile definition, in ``measure``)."""
+    return summarise_ms(values_s)
 
 
 def rss_mb() -> tuple[float, float]:

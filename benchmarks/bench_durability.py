@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
 import render
+from measure import percentile
 
 from tkg import HashEmbedder, Memory, MemoryConfig
 from tkg.journal import JournalPolicy, encode_batch
@@ -51,10 +52,6 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 DIM = 384
 KEY = "bench-key"
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
 
 
 @contextlib.contextmanager

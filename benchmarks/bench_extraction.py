@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core
 import render
+import shared_data
+from measure import percentile
 
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.backends.memory import InMemoryStore
@@ -44,7 +45,6 @@ from tkg.models import Fact
 ROOT = Path(__file__).resolve().parent
 #: The calls an episode itself costs; the rest (community summaries) belong to the community refresh policy.
 EPISODE_PROMPTS = {"extract_graph", "resolve", "reflect"}
-LOCOMO = ROOT.parent.parent / "shared" / "data" / "locomo" / "locomo10_dev.json"
 
 PEOPLE = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank"]
 CITIES = ["Paris", "Berlin", "Denver", "Lisbon", "Osaka", "Quito", "Austin"]
@@ -80,8 +80,8 @@ def scripted_conversation(n: int, seed: int = 7) -> list[tuple[str, datetime]]:
     return out
 
 
-def locomo_conversation(limit: int | None) -> list[tuple[str, datetime]]:
-    data = json.loads(LOCOMO.read_text())
+def locomo_conversation(path: Path, limit: int | None) -> list[tuple[str, datetime]]:
+    data = json.loads(path.read_text())
     conv = data[0]["conversation"]
     out: list[tuple[str, datetime]] = []
     n = 1
@@ -154,8 +154,8 @@ def run(messages: list[tuple[str, datetime]], reflection: bool) -> dict[str, Any
         "completion_tokens_per_episode": usage.completion_tokens / n,
         "tokens_estimated": usage.estimated,
         "calls_by_prompt": dict(usage.by_prompt),
-        "engine_ms_p50": statistics.median(engine_ms),
-        "engine_ms_p95": sorted(engine_ms)[int(0.95 * (len(engine_ms) - 1))],
+        "engine_ms_p50": percentile(engine_ms, 50),
+        "engine_ms_p95": percentile(engine_ms, 95),
         "facts": len(facts),
         "invalidated_facts": sum(f.expired_at is not None for f in facts) - restated,
         "restatements": restated,
@@ -265,16 +265,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="200 scripted messages and 200 LoCoMo turns")
     parser.add_argument("--messages", type=int, default=400, help="scripted conversation length (>= 200)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "extraction.json", help="where the JSON goes")
+    parser.add_argument("--data", help=shared_data.HELP)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     info = bench_core.machine()
     n = 200 if args.quick else max(200, args.messages)
     conversations = {"scripted": scripted_conversation(n)}
-    if LOCOMO.exists():
-        conversations["locomo"] = locomo_conversation(200 if args.quick else None)
+    locomo = shared_data.locomo_file(args.data)
+    if locomo is not None:
+        conversations["locomo"] = locomo_conversation(locomo, 200 if args.quick else None)
     else:
-        print(f"(LoCoMo not found at {LOCOMO}; only the scripted conversation runs)")
+        print(f"({shared_data.missing_message()}; only the scripted conversation runs)")
     rows = []
     for name, messages in conversations.items():
         for reflection in (False, True):

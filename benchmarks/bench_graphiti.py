@@ -56,9 +56,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import shared_data  # benchmarks/ is the script's own folder, first on sys.path
+from measure import percentile
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo10_dev.json"
 VENV = HERE / ".venv-graphiti"
 VENV_PYTHON = VENV / "bin" / "python"
 ENV_SCRIPT = HERE / "graphiti_env.sh"
@@ -152,17 +154,6 @@ def make_queries(data: Sequence[dict[str, Any]], episodes: Sequence[Turn], count
 
 # ----------------------------------------------------------------------------------------------------------
 # statistics and budget
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), without numpy."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
@@ -813,6 +804,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="CI smoke: 25 episodes per engine, 10 queries")
     p.add_argument("--out", type=Path, default=HERE / "out" / "graphiti.json")
+    p.add_argument("--data", help=shared_data.HELP)
     p.add_argument("--sizes", default=None, help="comma-separated episode counts (default 100,1000,10000)")
     p.add_argument("--queries", type=int, default=None, help="search queries per size (default 100; quick 10)")
     p.add_argument("--engines", default=",".join(ENGINES), help="which engines to run (default both)")
@@ -857,8 +849,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started_at = datetime.now(UTC)
     t0 = time.perf_counter()
-    if not LOCOMO.exists():
-        raise SystemExit(f"LoCoMo data not found at {LOCOMO}")
+    locomo = shared_data.locomo_file(args.data)
+    if locomo is None:
+        raise SystemExit(shared_data.missing_message())
     venv_python = ensure_venv() if "graphiti" in args.engine_list or args.tkg_python == "graphiti-venv" else None
     interpreters = {
         "graphiti": venv_python,
@@ -882,7 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra = [p["episodes"] for p in results["graphiti"]["points"] if p.get("partial")]
         spec = {
             "engine": name,
-            "locomo": str(LOCOMO),
+            "locomo": str(locomo),
             "sizes": sorted(set(sizes) | set(extra)),
             "queries": args.queries,
             "max_rss_mb": gb * 1024,

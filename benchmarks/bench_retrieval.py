@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import shared_data  # benchmarks/ is the script's own folder, first on sys.path
+from measure import percentile
 
 ROOT = Path(__file__).resolve().parent
 OUT_DIR = ROOT / "out"
-DATA_CANDIDATES = [ROOT.parent.parent / "shared" / "data", ROOT.parent / "shared" / "data", Path("/work/shared/data")]
 KS = (5, 10)
 LEVELS = ("turn", "session", "session_doc")
 
@@ -77,14 +78,14 @@ class Dataset:
 
 
 def data_dir(explicit: str | None) -> Path:
-    for candidate in [Path(explicit)] if explicit else DATA_CANDIDATES:
-        if (candidate / "locomo").is_dir():
-            return candidate
-    sys.exit("cannot find shared/data (pass --data DIR)")
+    found = shared_data.data_dir(explicit)
+    if found is None:
+        sys.exit(shared_data.missing_message("the data sets"))
+    return found
 
 
 def load_longmemeval(root: Path, limit: int | None) -> Dataset:
-    with gzip.open(root / "longmemeval" / "longmemeval_s_dev100.json.gz", "rt") as fh:
+    with gzip.open(root / shared_data.LONGMEMEVAL, "rt") as fh:
         records = json.load(fh)
     questions: list[Question] = []
     skipped_abs = skipped_noevidence = 0
@@ -147,7 +148,7 @@ def _evidence_ids(entries: Iterable[str], known: set[str]) -> set[str]:
 
 
 def load_locomo(root: Path, limit: int | None) -> Dataset:
-    records = json.loads((root / "locomo" / "locomo10_dev.json").read_text())
+    records = json.loads((root / shared_data.LOCOMO).read_text())
     if limit is not None:
         records = records[: max(1, limit)]
     questions: list[Question] = []
@@ -602,7 +603,8 @@ def detail_tables(ds: Dataset, col: Collected) -> str:
         ms = [s * 1000 for s in col.seconds.get(system, [])]
         if ms:
             parts.append(
-                f"| {system} | {len(ms)} | {statistics.fmean(ms):.2f} | {_pct(ms, 50):.2f} | {_pct(ms, 95):.2f} |"
+                f"| {system} | {len(ms)} | {statistics.fmean(ms):.2f} | {percentile(ms, 50):.2f} "
+                f"| {percentile(ms, 95):.2f} |"
             )
     parts.append("")
     parts.append(
@@ -623,10 +625,6 @@ _TYPE_ORDER = [
 
 def _group_order(group: str) -> tuple[int, str]:
     return (_TYPE_ORDER.index(group), group) if group in _TYPE_ORDER else (len(_TYPE_ORDER), group)
-
-
-def _pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -670,7 +668,11 @@ def latency(n_facts: int, n_queries: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             memory.search(q, group_ids=[bench_core.GROUP], config=name)
             times.append((time.perf_counter() - t0) * 1000)
-        out[name] = {"p50_ms": _pct(times, 50), "p95_ms": _pct(times, 95), "mean_ms": statistics.fmean(times)}
+        out[name] = {
+            "p50_ms": percentile(times, 50),
+            "p95_ms": percentile(times, 95),
+            "mean_ms": statistics.fmean(times),
+        }
     return out
 
 
@@ -701,7 +703,9 @@ def contract(results: list[tuple[Dataset, Collected]], lat: dict[str, Any] | Non
             )
             ms = [x * 1000 for x in col.seconds.get(system, [])]
             if ms:
-                timing["rows"].append([ds.name, system, len(ms), statistics.fmean(ms), _pct(ms, 50), _pct(ms, 95)])
+                timing["rows"].append(
+                    [ds.name, system, len(ms), statistics.fmean(ms), percentile(ms, 50), percentile(ms, 95)]
+                )
     tables = [quality, timing]
     targets = []
     if lat is not None:
@@ -731,7 +735,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--datasets", default="longmemeval,locomo", help="comma-separated: longmemeval, locomo")
     p.add_argument("--lme-limit", type=int, help="LongMemEval questions (spread over the types)")
     p.add_argument("--locomo-limit", type=int, help="LoCoMo conversations")
-    p.add_argument("--data", help="the shared/data folder (default: found beside the repository)")
+    p.add_argument("--data", help=shared_data.HELP)
     p.add_argument("--threads", type=int, default=2, help="onnxruntime threads for embedding (default 2)")
     p.add_argument("--latency", action="store_true", help="also measure hybrid search latency over --latency-facts")
     p.add_argument("--latency-facts", type=int, default=100_000)

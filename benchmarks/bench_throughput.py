@@ -48,12 +48,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
 import render
+import shared_data
+from measure import percentile
 
 import tkg
 from tkg.llm.base import Prompt, T
 from tkg.llm.rules import RulesLLM
 
-LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10_dev.json"
 EXTRACTION_PROMPTS = frozenset({"extract_graph", "reflect"})
 CLOCK_START = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -90,17 +91,17 @@ def synthetic_turns(groups: int, per_group: int) -> list[list[tuple[str, datetim
     return [bench_extraction.scripted_conversation(per_group, seed=g) for g in range(groups)]
 
 
-def make_episodes(n: int, groups: int, path: Path = LOCOMO) -> tuple[list[dict[str, Any]], str]:
+def make_episodes(n: int, groups: int, path: Path | None) -> tuple[list[dict[str, Any]], str]:
     """``n`` episodes over ``groups`` groups, interleaved round-robin (episode i belongs to group i % groups).
     Group g takes consecutive turns of conversation g % C, starting where the previous group on that
     conversation stopped, so no turn is used twice while the data lasts."""
     per_group = -(-n // groups)
-    if path.exists():
+    if path is not None:
         conversations = locomo_turns(path)
         source = f"LoCoMo dev split ({path.name}), {len(conversations)} conversations"
     else:
         conversations = synthetic_turns(groups, per_group)
-        source = f"synthetic scripted conversations ({path} not found)"
+        source = f"synthetic scripted conversations ({shared_data.missing_message()})"
     chunks: list[list[tuple[str, datetime]]] = []
     for g in range(groups):
         turns = conversations[g % len(conversations)]
@@ -173,13 +174,8 @@ def make_memory(llm: SimulatedLLM, concurrency: int) -> tkg.Memory:
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """``measure.percentile``, with None (valid JSON) where there are no values."""
+    return percentile(values, q) if values else None
 
 
 def ideal(
@@ -504,7 +500,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", default="8,16", help="LLMPolicy.max_concurrency values, comma-separated")
     parser.add_argument("--no-zero-latency", dest="zero_latency", action="store_false", help="skip the 0 ms run")
     parser.add_argument("--no-background", dest="background", action="store_false", help="skip BackgroundIngestor")
-    parser.add_argument("--data", type=Path, default=LOCOMO, help="the LoCoMo JSON file")
+    parser.add_argument("--data", help=shared_data.HELP)
     parser.add_argument("--quick", action="store_true", help="CI smoke: 100 episodes, 50 ms latency")
     parser.add_argument("--out", type=Path, default=core.OUT_DIR / "throughput.json", help="where the JSON goes")
     args = parser.parse_args(argv)
@@ -526,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(UTC)
     t_start = time.perf_counter()
     info = core.machine()
-    episodes, source = make_episodes(args.episodes, args.groups, args.data)
+    episodes, source = make_episodes(args.episodes, args.groups, shared_data.locomo_file(args.data))
     latency_s = args.latency_ms / 1000
     print(f"tkg {info['tkg']} throughput benchmark -- {started.isoformat(timespec='seconds')}")
     print(f"{len(episodes):,} episodes over {args.groups} groups from {source}; LLM latency {args.latency_ms:g} ms")

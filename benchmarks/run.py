@@ -35,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import render
+import shared_data
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -50,23 +51,37 @@ class Benchmark:
     full: tuple[str, ...] = ()
     #: Full mode runs it only when asked (too slow for a default full run).
     full_opt_in: str | None = None
+    #: Whether it reads the public data sets: "" (no), "optional" (runs less without them) or "required"
+    #: (skipped without them). Those that read them get the runner's ``--data``.
+    data: str = ""
     about: str = ""
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("core", "bench_core.py", about="in-memory engine: build, add_episode, search, snapshot (10k, 100k)"),
-    Benchmark("extraction", "bench_extraction.py", about="LLM calls, prompt characters and engine ms per episode"),
-    Benchmark("throughput", "bench_throughput.py", about="bulk ingestion under a 300 ms LLM: episodes/s vs ideal"),
+    Benchmark(
+        "extraction",
+        "bench_extraction.py",
+        data="optional",
+        about="LLM calls, prompt characters and engine ms per episode",
+    ),
+    Benchmark(
+        "throughput",
+        "bench_throughput.py",
+        data="optional",
+        about="bulk ingestion under a 300 ms LLM: episodes/s vs ideal",
+    ),
     Benchmark("communities", "bench_communities.py", about="community detection, refresh, extension, drift"),
     Benchmark("scale", "bench_scale.py", about="in-memory scale curves to 1M facts"),
     Benchmark("postgres", "bench_postgres.py", about="PostgreSQL backend beside the in-memory one"),
-    Benchmark("graphiti", "bench_graphiti.py", about="tkg and graphiti-core side by side on LoCoMo"),
+    Benchmark("graphiti", "bench_graphiti.py", data="required", about="tkg and graphiti-core side by side on LoCoMo"),
     Benchmark("durability", "bench_durability.py", about="HTTP writes with the journal vs in memory; journal replay"),
     Benchmark(
         "retrieval",
         "bench_retrieval.py",
         full=("--latency",),
         full_opt_in="--with-retrieval",
+        data="required",
         about="retrieval quality on LongMemEval_S and LoCoMo (MiniLM embeddings, cached)",
     ),
 )
@@ -101,10 +116,15 @@ def run_one(bench: Benchmark, args: argparse.Namespace, json_dir: Path) -> Outco
         return Outcome(bench.name, "missing", detail=f"benchmarks/{bench.script} does not exist yet")
     if args.full and bench.full_opt_in and not getattr(args, bench.full_opt_in.lstrip("-").replace("-", "_")):
         return Outcome(bench.name, "skipped", detail=f"opt-in in full mode: add {bench.full_opt_in}")
+    data = shared_data.data_dir(args.data) if bench.data else None
+    if bench.data == "required" and data is None:
+        return Outcome(bench.name, "skipped", detail=shared_data.missing_message("the data sets"))
     out = json_dir / f"{bench.name}.json"
     log = json_dir / f"{bench.name}.log"
     out.unlink(missing_ok=True)  # a stale file must never pass for this run's result
     extra = list(bench.quick if args.quick else bench.full)
+    if data is not None:
+        extra += ["--data", os.path.relpath(data, ROOT)]  # relative: the command is printed in RESULTS.md
     relative_out = os.path.relpath(out, ROOT)
     command = [sys.executable, str(script.relative_to(ROOT)), *extra, "--out", relative_out]
     shown = " ".join(["python", *command[1:]])
@@ -274,6 +294,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--render", action="store_true", help="do not run anything; re-render from existing JSON")
     parser.add_argument("--with-retrieval", action="store_true", help="full mode: also bench_retrieval.py")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per benchmark (default: quick 900)")
+    parser.add_argument("--data", help=shared_data.HELP)
     parser.add_argument("--out-dir", type=Path, default=None, help="where RESULTS.md and plots go")
     parser.add_argument("--json-dir", type=Path, default=None, help="where the benchmarks' JSON and logs go")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every benchmark's own output")

@@ -280,3 +280,42 @@ def test_runner_stops_a_benchmark_past_its_timeout(tmp_path: Path, monkeypatch: 
     assert outcome.status == "FAILED"
     assert "timed out after 1 s" in outcome.detail
     assert outcome.seconds is not None and outcome.seconds < 15
+
+
+def test_runner_skips_a_benchmark_whose_data_is_missing_and_passes_data_to_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import run
+
+    (tmp_path / "bench_needs.py").write_text("raise SystemExit('must not run without its data')\n")
+    (tmp_path / "bench_echo.py").write_text("import sys\nprint('argv', sys.argv[1:])\n")
+    monkeypatch.setattr(run, "HERE", tmp_path)
+    monkeypatch.setattr(run, "ROOT", tmp_path)
+    empty = tmp_path / "nodata"
+    empty.mkdir()
+    args = run.parse_args(["--quick", "--data", str(empty)])
+    args.verbose = False
+    outcome = run.run_one(run.Benchmark("needs", "bench_needs.py", data="required"), args, tmp_path)
+    assert outcome.status == "skipped" and "--data" in outcome.detail and "TKG_BENCH_DATA" in outcome.detail
+
+    data = tmp_path / "data"
+    (data / "locomo").mkdir(parents=True)
+    args = run.parse_args(["--quick", "--data", str(data)])
+    args.verbose = False
+    run.run_one(run.Benchmark("echo", "bench_echo.py", data="optional"), args, tmp_path)
+    assert "'--data', 'data'" in (tmp_path / "echo.log").read_text()  # relative to the checkout, never absolute
+
+
+def test_data_folder_comes_from_the_argument_then_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shared_data
+
+    there = tmp_path / "there"
+    (there / "locomo").mkdir(parents=True)
+    monkeypatch.setenv(shared_data.ENV, str(there))
+    assert shared_data.data_dir() == there
+    assert shared_data.data_dir(tmp_path) is None  # an explicit folder without locomo/ is not silently replaced
+    assert shared_data.locomo_file() is None  # the folder is there, the file is not
+    (there / shared_data.LOCOMO).write_text("[]")
+    assert shared_data.locomo_file() == there / shared_data.LOCOMO
