@@ -47,7 +47,8 @@ from measure import summarise_ms
 from tkg.backends.memory import InMemoryStore
 from tkg.clock import FixedClock
 from tkg.communities import label_propagation, normalized_mutual_information, partition_distance
-from tkg.community_tier import CommunityConfig, CommunityTier, read_entity_graph
+from tkg.community_tier import CommunityTier, read_entity_graph
+from tkg.config import CommunityConfig
 from tkg.embedders import HashEmbedder
 from tkg.models import Entity, Fact, Record
 from tkg.storage import WriteBatch

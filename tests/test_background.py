@@ -35,7 +35,7 @@ from tkg import (
     WriteBatch,
 )
 from tkg.backends.memory import InMemoryStore
-from tkg.community_tier import CommunityConfig
+from tkg.config import CommunityConfig
 from tkg.llm.base import Prompt, T
 from tkg.llm.schema import GraphExtraction
 

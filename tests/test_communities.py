@@ -29,7 +29,8 @@ from tkg.communities import (
     plurality,
 )
 from tkg.community_summaries import SUMMARIZE_COMMUNITY, SUMMARIZE_MEMBERS, UPDATE_COMMUNITY
-from tkg.community_tier import CommunityConfig, CommunityTier, read_entity_graph
+from tkg.community_tier import CommunityTier, read_entity_graph
+from tkg.config import CommunityConfig
 from tkg.errors import ConfigurationError, ValidationError
 from tkg.llm.base import LLMUsage, Prompt
 from tkg.models import Community, Entity, Fact, Membership

@@ -39,66 +39,13 @@ import numpy as np
 from tkg.clock import Clock, SystemClock
 from tkg.communities import Propagation, WeightedGraph, label_propagation, partition_distance, plurality
 from tkg.community_summaries import CommunityDigest, Member, SummaryLLM, fallback_digest, summarize, update_summary
+from tkg.config import CommunityConfig
 from tkg.embedders.base import Embedder, check_vectors
-from tkg.errors import ConfigurationError, ValidationError
+from tkg.errors import ValidationError
 from tkg.llm.base import LLMUsage
 from tkg.models import Community, Entity, Fact, Kind, Membership, Record, check_group_id
 from tkg.storage import Store, WriteBatch
 from tkg.timeline import Scope, make_scope
-
-
-@dataclass(frozen=True, slots=True)
-class CommunityConfig:
-    """How communities are detected, summarised and refreshed.
-
-    >>> CommunityConfig(refresh_after_changes=50).refresh_after_changes
-    50
-    """
-
-    #: Seed of label propagation's tie-breaking and visiting order (and of the extension's tie-breaking).
-    seed: int = 0
-    #: Bound on label propagation sweeps; a run that hits it keeps its last labels (the report says so).
-    max_iterations: int = 100
-    #: Sweeps that break ties at random before retention sets in (see :func:`tkg.communities.label_propagation`).
-    explore_sweeps: int = 10
-    #: Best-connected members whose summaries feed a community's LLM summary.
-    summary_members: int = 100
-    #: Characters per LLM summarisation call (map-reduce chunk size).
-    chunk_chars: int = 6_000
-    #: Without an LLM, a community is named after this many of its best-connected members.
-    name_members: int = 3
-    #: Without an LLM, the member list that serves as summary is cut at this many characters.
-    summary_chars: int = 1_000
-    #: With an LLM, update a community's summary (one call) when :meth:`CommunityTier.extend` adds members.
-    summarize_on_extend: bool = True
-    #: Refresh a group after this many graph changes seen by :meth:`CommunityTier.extend` (None: never by count;
-    #: see also ``policy_fraction``).
-    refresh_after_changes: int | None = 1_000
-    #: Refresh a group when its drift exceeds this (None: never by drift).
-    refresh_drift: float | None = 0.1
-    #: Changes between two drift checks (each check is a detection run, without summaries).
-    drift_check_every: int = 200
-    #: The policy scales with the group: a refresh by count waits for at least this fraction of the group's
-    #: entities in changes, and so does a drift check (each is a full detection run, whose cost grows with the
-    #: group). 0 disables the scaling.
-    policy_fraction: float = 0.02
-    #: Refreshes (also those of the policy) re-converge from the stored communities instead of starting over.
-    warm_refresh: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("max_iterations", "summary_members", "name_members", "summary_chars", "drift_check_every"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"CommunityConfig.{name} must be at least 1")
-        if self.explore_sweeps < 0:
-            raise ConfigurationError("CommunityConfig.explore_sweeps must be >= 0")
-        if self.chunk_chars < 200:
-            raise ConfigurationError("CommunityConfig.chunk_chars must be at least 200")
-        if self.refresh_after_changes is not None and self.refresh_after_changes < 1:
-            raise ConfigurationError("CommunityConfig.refresh_after_changes must be at least 1 (or None)")
-        if self.refresh_drift is not None and not 0.0 <= self.refresh_drift <= 1.0:
-            raise ConfigurationError("CommunityConfig.refresh_drift must be between 0 and 1 (or None)")
-        if not 0.0 <= self.policy_fraction <= 1.0:
-            raise ConfigurationError("CommunityConfig.policy_fraction must be between 0 and 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from typing import Any
 from tkg import persistence
 from tkg.bulk import ingest_batch
 from tkg.clock import Clock, SystemClock
-from tkg.community_tier import CommunityConfig, CommunityReport, CommunityTier
-from tkg.config import MemoryConfig
+from tkg.community_tier import CommunityReport, CommunityTier
+from tkg.config import CommunityConfig, MemoryConfig
 from tkg.context import Context, TokenCounter, approx_tokens, construct
 from tkg.embedders.base import Embedder, check_vectors
 from tkg.errors import (
@@ -29,6 +29,7 @@ from tkg.llm.base import LLMClient, LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.schema import GraphExtraction
 from tkg.locks import MemoryLocks
+from tkg.memory_files import MemoryFiles
 from tkg.memory_reads import Groups, MemoryReads
 from tkg.models import Episode, EpisodeSource, EpisodeStatus, Fact, Kind, check_group_id
 from tkg.ontology import Ontology
@@ -43,7 +44,7 @@ from tkg.timeutil import to_aware
 __all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
 
-class Memory(MemoryReads):
+class Memory(MemoryReads, MemoryFiles):
     """An embedded temporal knowledge-graph memory.
 
     >>> from tkg import Memory, HashEmbedder, FixedClock
@@ -529,20 +530,7 @@ class Memory(MemoryReads):
             raise UnknownGroupError(f"group(s) {missing} hold nothing in this memory; add an episode there first")
 
     # ------------------------------------------------------------------------------------------------------
-    # snapshots
-    def save(self, path: str | Path) -> int:
-        """Write the whole memory to one msgpack file, atomically: the previous file at ``path`` is replaced only
-        by a file that has been read back and checked. Returns the file size in bytes. For a memory opened with
-        :meth:`open`, saving to its own file is :meth:`compact`."""
-        if self._files is not None and Path(path).resolve() == self._files.path.resolve():
-            self.compact()
-            return self._files.path.stat().st_size
-        meta = {"embedder": self._embedder.name, "dim": self._embedder.dim, "saved_at": self._clock.now().isoformat()}
-        # Under the read lock: the snapshot reads each kind and the indexes separately, and a write in between
-        # would leave a file whose facts name entities it does not hold.
-        with self._locks.read():
-            return persistence.save_snapshot(self._store, path, meta)
-
+    # snapshots and files (saving, compaction and closing: MemoryFiles)
     @classmethod
     def load(
         cls,
@@ -598,21 +586,3 @@ class Memory(MemoryReads):
         memory._files = files
         files.bind(memory._locks)
         return memory
-
-    def compact(self) -> None:
-        """Fold the journal of a memory opened with :meth:`open` into a new snapshot now, and wait for it (writes
-        go on meanwhile). A memory without files has nothing to compact."""
-        if self._files is not None:
-            self._files.compact(wait=True)
-
-    def close(self) -> None:
-        """Finish a background compaction and close the journal of a memory opened with :meth:`open` (its writes
-        are on disk already). The memory must not be written to afterwards."""
-        if self._files is not None:
-            self._files.close()
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
