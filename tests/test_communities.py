@@ -757,3 +757,48 @@ def test_refresh_policy_scales_with_the_group() -> None:
     assert tier.due(store_of(memory), "g")  # 15 changes >= 25% of 50 entities
     with pytest.raises(ConfigurationError):
         CommunityConfig(policy_fraction=1.5)
+
+
+def _partition_by_name(memory: Memory, group: str) -> set[frozenset[str]]:
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY, [group])}  # type: ignore[union-attr]
+    members: dict[str, set[str]] = {}
+    for m in memory.records(Kind.MEMBERSHIP, [group]):
+        members.setdefault(m.community_id, set()).add(names[m.entity_id])  # type: ignore[union-attr]
+    return {frozenset(v) for v in members.values()}
+
+
+#: Two ingestions (batches of KNOWS facts) where taking entities in id order gave different communities when the
+#: ids came in the opposite order: the first in the extension while ingesting, the second in a full refresh.
+ORDER_SENSITIVE = [
+    [[("B", "F"), ("F", "D"), ("B", "C"), ("B", "G")], [("D", "E"), ("G", "C"), ("C", "H")]],
+    [[("F", "E"), ("G", "A"), ("G", "H"), ("D", "E")], [("H", "D"), ("E", "H"), ("E", "D")]],
+]
+
+
+@pytest.mark.parametrize("batches", ORDER_SENSITIVE)
+def test_communities_do_not_depend_on_the_random_ids(
+    monkeypatch: pytest.MonkeyPatch, batches: list[list[tuple[str, str]]]
+) -> None:
+    """The same input gives the same communities whatever ids the records draw: extension while ingesting and a
+    full refresh both take entities by name, not by id (ids are random, so an id order differed run to run)."""
+    import uuid
+
+    def build(order: int) -> tuple[set[frozenset[str]], set[frozenset[str]]]:
+        counter = iter(range(1, 1_000_000))
+
+        class FakeUUID:  # ids drawn in increasing (order 1) or decreasing (order -1) order
+            def __init__(self) -> None:
+                n = next(counter)
+                self.hex = f"{(n if order > 0 else 1_000_000 - n):032x}"
+
+        monkeypatch.setattr(uuid, "uuid4", FakeUUID)
+        memory = Memory(embedder=HashEmbedder(), clock=FixedClock("2025-01-01T00:00:00Z"))
+        for batch in batches:
+            memory.add_facts([FactInput(a, "KNOWS", b) for a, b in batch], group_id="g")
+        extended = _partition_by_name(memory, "g")
+        memory.refresh_communities("g")
+        return extended, _partition_by_name(memory, "g")
+
+    extended, refreshed = build(1)
+    assert extended and refreshed
+    assert (extended, refreshed) == build(-1)

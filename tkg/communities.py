@@ -99,7 +99,8 @@ class WeightedGraph:
 
     @classmethod
     def from_arrays(cls, keys: Sequence[str], src: IntArray, dst: IntArray, weights: IntArray) -> WeightedGraph:
-        """Like :meth:`from_edges` with vertex indices into ``keys``, which must already be sorted and unique."""
+        """Like :meth:`from_edges` with vertex indices into ``keys``, which must be unique; their order is the
+        vertex order (what the seeded visiting order and tie-breaking are drawn over)."""
         n = len(keys)
         keep = (src != dst) & (weights > 0)
         lo = np.minimum(src, dst)[keep]

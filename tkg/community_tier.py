@@ -91,13 +91,21 @@ def community_id(group_id: str, member_ids: Iterable[str]) -> str:
     return "community-" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
+def content_order(entity: Entity) -> tuple[str, str, str]:
+    """The order in which detection and extension take entities: by name, then id. Ids are random, so an
+    order by id alone would give the same graph different communities from one run to the next; by name, the
+    same memory gives the same communities wherever it is built (ids only break ties between namesakes)."""
+    return (entity.name.casefold(), entity.name, entity.id)
+
+
 def read_entity_graph(store: Store, group_id: str, scope: Scope) -> tuple[WeightedGraph, dict[str, Entity]]:
     """A group's entities (admitted by ``scope``) and the facts between them that ``scope`` admits, as a graph
-    weighted by the number of such facts; through :class:`Store` calls only, so any backend will do."""
+    weighted by the number of such facts, its vertices in :func:`content_order`; through :class:`Store` calls
+    only, so any backend will do."""
     groups = frozenset({group_id})
     admits = scope.admits
     entities: dict[str, Entity] = {e.id: e for e in store.scan(Kind.ENTITY, groups) if admits(e)}  # type: ignore[misc]
-    keys = sorted(entities)
+    keys = sorted(entities, key=lambda k: content_order(entities[k]))
     index = {key: i for i, key in enumerate(keys)}
     ends: list[tuple[str, str]] = [
         (f.source_id, f.target_id)  # type: ignore[union-attr]
@@ -295,7 +303,8 @@ class CommunityTier:
         ``entities`` and ``facts`` are the records the caller is about to write (new ones, and new versions of
         existing ones such as invalidated facts); they are read as if already stored. Every entity among them, or
         at an end of one of the facts, that has no community yet joins the community of the weighted plurality of
-        its live neighbours (:func:`tkg.communities.plurality`), in entity-id order, each seeing the ones before.
+        its live neighbours (:func:`tkg.communities.plurality`), in :func:`content_order`, each seeing the ones
+        before.
         Entities already in a community stay where they are until the next refresh (that is the drift).
         """
         now = now or self.clock.now()
@@ -307,7 +316,7 @@ class CommunityTier:
         for f in pending_facts.values():
             candidates.update((f.source_id, f.target_id))
         community_of = {m.entity_id: m.community_id for m in store.memberships(entity_ids=sorted(candidates))}
-        todo = sorted(candidates - set(community_of))
+        todo = self._in_content_order(store, sorted(candidates - set(community_of)), pending_entities)
         if not todo:
             return CommunityUpdate()
 
@@ -368,6 +377,17 @@ class CommunityTier:
         update.puts.extend(self._community_records(changed))
         update.puts.extend(memberships)
         return update
+
+    @staticmethod
+    def _in_content_order(store: Store, ids: Sequence[str], pending: dict[str, Entity]) -> list[str]:
+        stored = {e.id: e for e in store.get(Kind.ENTITY, [i for i in ids if i not in pending]) if e is not None}
+        known = {**stored, **pending}
+
+        def key(entity_id: str) -> tuple[str, str, str]:
+            entity = known.get(entity_id)
+            return content_order(entity) if isinstance(entity, Entity) else ("", "", entity_id)
+
+        return sorted(ids, key=key)
 
     def _live_neighbours(
         self, store: Store, entity_ids: Sequence[str], pending: dict[str, Fact], scope: Scope

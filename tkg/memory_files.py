@@ -37,14 +37,14 @@ class MemoryFiles:
             return persistence.save_snapshot(self._store, path, meta)
 
     def compact(self) -> None:
-        """Fold the journal of a memory opened with :meth:`tkg.Memory.open` into a new snapshot now, and wait for it (writes
-        go on meanwhile). A memory without files has nothing to compact."""
+        """Fold the journal of a memory opened with :meth:`tkg.Memory.open` into a new snapshot now, and wait for
+        it (writes go on meanwhile). A memory without files has nothing to compact."""
         if self._files is not None:
             self._files.compact(wait=True)
 
     def close(self) -> None:
-        """Finish a background compaction and close the journal of a memory opened with :meth:`tkg.Memory.open` (its writes
-        are on disk already). The memory must not be written to afterwards."""
+        """Finish a background compaction and close the journal of a memory opened with :meth:`tkg.Memory.open`
+        (its writes are on disk already). The memory must not be written to afterwards."""
         if self._files is not None:
             self._files.close()
 
