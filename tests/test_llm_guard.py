@@ -175,3 +175,26 @@ def test_persistent_server_errors_give_up_after_the_policy_attempts(server: Fake
     with pytest.raises(ExtractionFailedError, match="gave up after 3 attempts"):
         memory.add_episode("Alice: hello", group_id="g")
     assert len(server.requests) == 3 and memory.usage.failures == 1
+
+
+def test_a_users_client_that_reports_usage_is_believed_and_one_that_does_not_is_estimated() -> None:
+    from tkg.environment import describe_llm
+    from tkg.llm import Tokens, UsageReportingLLM
+
+    class Reporting:
+        def generate(self, prompt: Prompt, response_model: type[Any]) -> Any:
+            raise AssertionError("generate_with_usage is preferred when the client has it")
+
+        def generate_with_usage(self, prompt: Prompt, response_model: type[Any]) -> tuple[Any, Tokens | None]:
+            return GraphExtraction.model_validate(ANSWER), Tokens(prompt=1234, completion=56)
+
+    assert isinstance(Reporting(), UsageReportingLLM) and not isinstance(ScriptedLLM([]), UsageReportingLLM)
+    usage = LLMUsage()
+    GuardedLLM(Reporting(), LLMPolicy()).call(Prompt("p", "s", "u"), GraphExtraction, usage)
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.estimated) == (1234, 56, False)
+    usage = LLMUsage()
+    scripted = ScriptedLLM([GraphExtraction.model_validate(ANSWER)])
+    GuardedLLM(scripted, LLMPolicy()).call(Prompt("p", "s", "u"), GraphExtraction, usage)
+    assert usage.estimated
+    assert describe_llm(scripted) == "ScriptedLLM" and describe_llm(None) == "none"
+    assert describe_llm(OpenAILLM("m", base_url="http://127.0.0.1:9/v1")) == "m at http://127.0.0.1:9/v1"

@@ -111,5 +111,8 @@ def describe_llm(llm: LLMClient | None) -> str:
     """``model at endpoint`` for an LLM client, ``none`` without one."""
     if llm is None:
         return "none"
-    model, endpoint = getattr(llm, "model", "?"), getattr(llm, "endpoint", "?")
-    return f"{model} at {endpoint}"
+    from tkg.llm.openai import OpenAILLM
+
+    if isinstance(llm, OpenAILLM):
+        return f"{llm.model} at {llm.endpoint}"
+    return type(llm).__name__

@@ -33,11 +33,19 @@ class Prompt:
 class LLMClient(Protocol):
     """Answers a prompt with an instance of ``response_model`` (or raises :class:`tkg.errors.LLMError`).
 
-    A client may also offer ``generate_with_usage(prompt, response_model) -> (answer, Tokens)`` to report the
-    tokens a call really used; without it, tokens are estimated from characters (:func:`estimate_tokens`).
+    A client that knows the tokens a call really used implements :class:`UsageReportingLLM` as well; for the
+    others, tokens are estimated from characters (:func:`estimate_tokens`).
     """
 
     def generate(self, prompt: Prompt, response_model: type[T]) -> T: ...
+
+
+@runtime_checkable
+class UsageReportingLLM(LLMClient, Protocol):
+    """An :class:`LLMClient` that also reports the tokens each call used (as the server counted them; None when
+    the server did not say). :class:`tkg.llm.guard.GuardedLLM` prefers this method when a client has it."""
+
+    def generate_with_usage(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens | None]: ...
 
 
 class Tokens(NamedTuple):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tkg.errors import ConfigurationError, LLMError
-from tkg.llm.base import LLMClient, LLMUsage, Prompt, T, Tokens, estimate_tokens
+from tkg.llm.base import LLMClient, LLMUsage, Prompt, T, Tokens, UsageReportingLLM, estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +95,10 @@ class GuardedLLM:
             return answer
 
     def _generate(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens]:
-        reporting = getattr(self.client, "generate_with_usage", None)
+        client = self.client
         try:
-            if reporting is not None:
-                answer, tokens = reporting(prompt, response_model)
+            if isinstance(client, UsageReportingLLM):
+                answer, tokens = client.generate_with_usage(prompt, response_model)
             else:
                 answer = self.client.generate(prompt, response_model)
                 tokens = None
