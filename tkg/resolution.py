@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tkg.models import Entity
-from tkg.names import normalize_name
+from tkg.names import fold_accents, normalize_name
 
-_FUZZY_CHARS = re.compile(r"[^a-z0-9' ]+")
+_FUZZY_CHARS = re.compile(r"[^\w' ]+|_")
 _STOP = frozenset({"the", "a", "an", "of", "and", "mr", "mrs", "ms", "dr", "inc", "ltd", "co", "my", "our"})
 
 
@@ -50,8 +50,13 @@ class Verdict:
 
 
 def fuzzy_form(name: str) -> str:
-    """The normalised name with punctuation other than apostrophes removed."""
-    return " ".join(_FUZZY_CHARS.sub(" ", normalize_name(name)).split())
+    """The normalised name without accents (:func:`tkg.names.fold_accents`) and with punctuation other than
+    apostrophes removed; letters of every script stay.
+
+    >>> fuzzy_form("Dr. José Álvarez-Núñez"), fuzzy_form("Łukasz"), fuzzy_form("東京 タワー")
+    ('dr jose alvarez nunez', 'łukasz', '東京 タワー')
+    """
+    return " ".join(_FUZZY_CHARS.sub(" ", fold_accents(normalize_name(name))).split())
 
 
 def shingles(name: str) -> frozenset[str]:
