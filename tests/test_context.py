@@ -95,3 +95,17 @@ def test_entity_lines_carry_type_and_other_names_not_filler():
     text = construct(SearchResults(query="q", entities=[Scored(alice, 1.0), Scored(acme, 0.5)])).text
     assert "- Alice Smith (Person; also Alice): Alice is a nurse." in text
     assert "- Acme\n" in text + "\n" and "no summary" not in text
+
+
+def test_episodes_come_by_default_only_when_no_fact_is_found() -> None:
+    """A memory whose messages were stored without extraction (no LLM) still shows them; one with facts shows
+    facts unless episodes are asked for; False means never."""
+    m = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-06-01T00:00:00Z"))
+    m.add_episode("Ann: I moved to Lisbon last spring", group_id="g", extract=False)
+    text = m.context("where does Ann live?", group_ids="g")
+    assert "<EPISODES>" in text and "Ann: I moved to Lisbon last spring" in text
+    assert "<EPISODES>" not in m.context("where does Ann live?", group_ids="g", include_episodes=False)
+    m.add_facts([FactInput("Ann", "LIVES_IN", "Lisbon")], group_id="g")
+    with_facts = m.context("where does Ann live?", group_ids="g")
+    assert "Ann lives in Lisbon" in with_facts and "<EPISODES>" not in with_facts
+    assert "<EPISODES>" in m.context("where does Ann live?", group_ids="g", include_episodes=True)

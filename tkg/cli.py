@@ -225,7 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     context_p = _command(commands, "context", cmd_context, "print the context string for a query", [common, filters])
     context_p.add_argument("query", metavar="QUERY")
     context_p.add_argument("--max-chars", type=int, help="budget for the whole context string")
-    context_p.add_argument("--episodes", action="store_true", help="include source episodes")
+    episodes = context_p.add_mutually_exclusive_group()
+    episodes.add_argument(
+        "--episodes", action="store_true", default=None, help="include source episodes (default: when no fact is found)"
+    )
+    episodes.add_argument("--no-episodes", dest="episodes", action="store_false", help="never include episodes")
 
     stats_p = _command(commands, "stats", cmd_stats, "what a snapshot holds", [common])
     stats_p.add_argument("--snapshot", required=True, help="snapshot file to read")

@@ -90,9 +90,13 @@ def construct(
     max_chars: int | None = None,
     max_tokens: int | None = None,
     count_tokens: TokenCounter = approx_tokens,
-    include_episodes: bool = False,
+    include_episodes: bool | None = None,
 ) -> Context:
-    """Build the context from search results, within the budget (characters, tokens, or both)."""
+    """Build the context from search results, within the budget (characters, tokens, or both). Episodes are
+    included when ``include_episodes`` is True, or when it is None (the default) and the results hold no fact:
+    a memory whose messages were stored without extraction then still shows what it has."""
+    if include_episodes is None:
+        include_episodes = not results.facts
     for name, value in (("max_chars", max_chars), ("max_tokens", max_tokens)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise ValidationError(f"{name} must be a non-negative integer, got {value!r}")

@@ -307,8 +307,9 @@ def create_server(
         ] = DEFAULT_CONTEXT_CHARS,
         limit: Limit = DEFAULT_LIMIT,
         include_episodes: Annotated[
-            bool, Field(description="Also include the source episodes (raw messages).")
-        ] = False,
+            bool | None,
+            Field(description="Also include the source episodes (raw messages); null: when no fact is found."),
+        ] = None,
         as_of: AsOf = None,
         known_at: KnownAt = None,
     ) -> str:

@@ -491,11 +491,12 @@ class Memory(MemoryReads, MemoryFiles):
         *,
         max_chars: int | None = None,
         max_tokens: int | None = None,
-        include_episodes: bool = False,
+        include_episodes: bool | None = None,
         **search_args: Any,
     ) -> str:
         """The context string for a query: relevant facts with their date ranges, entities with summaries,
-        community summaries (and episodes when asked), filled best-first within ``max_chars`` / ``max_tokens``.
+        community summaries, filled best-first within ``max_chars`` / ``max_tokens``. Episodes (the raw
+        messages) too when ``include_episodes`` is True, or by default when no fact is found; False: never.
         ``search_args`` are those of :meth:`search`."""
         return self.retrieve(
             query, max_chars=max_chars, max_tokens=max_tokens, include_episodes=include_episodes, **search_args
@@ -508,7 +509,7 @@ class Memory(MemoryReads, MemoryFiles):
         max_chars: int | None = None,
         max_tokens: int | None = None,
         count_tokens: TokenCounter = approx_tokens,
-        include_episodes: bool = False,
+        include_episodes: bool | None = None,
         **search_args: Any,
     ) -> Context:
         """The paper's f(α) = χ(ρ(φ(α))): search, rerank, and construct the context, returned as a

@@ -326,18 +326,19 @@ class ScopedMemory:
         group_ids: object = None,
         limit: object = None,
         max_chars: object = None,
-        include_episodes: bool = False,
+        include_episodes: bool | None = None,
         as_of: object = None,
         known_at: object = None,
     ) -> ContextOut:
-        """The context string for a query (facts with their date ranges, entities, communities), within a
-        character budget (default :data:`~tkg.wire_requests.DEFAULT_CONTEXT_CHARS`)."""
+        """The context string for a query (facts with their date ranges, entities, communities, and episodes
+        when asked or when no fact is found), within a character budget (default
+        :data:`~tkg.wire_requests.DEFAULT_CONTEXT_CHARS`)."""
         budget = parse_limit(
             max_chars, "max_chars", default=DEFAULT_CONTEXT_CHARS, maximum=MAX_CONTEXT_CHARS, minimum=0
         )
-        if not isinstance(include_episodes, bool):
-            raise ValidationError("include_episodes must be true or false")
-        targets = ("facts", "entities", "communities") + (("episodes",) if include_episodes else ())
+        if include_episodes is not None and not isinstance(include_episodes, bool):
+            raise ValidationError("include_episodes must be true, false or null (when no fact is found)")
+        targets = ("facts", "entities", "communities") + (("episodes",) if include_episodes is not False else ())
         args = self._search_args(query, targets, group_ids, limit, as_of, known_at, False)
         if args is None:
             return ContextOut(query=query, text="")
