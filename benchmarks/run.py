@@ -71,6 +71,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         data="optional",
         about="bulk ingestion under a 300 ms LLM: episodes/s vs ideal",
     ),
+    Benchmark("hot_entity", "bench_hot_entity.py", about="one user entity accumulating facts: engine ms per episode"),
     Benchmark("communities", "bench_communities.py", about="community detection, refresh, extension, drift"),
     Benchmark("scale", "bench_scale.py", about="in-memory scale curves to 1M facts"),
     Benchmark("postgres", "bench_postgres.py", about="PostgreSQL backend beside the in-memory one"),

@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""One long-lived user: engine time per episode while one entity accumulates facts.
+
+The normal case of an agent memory is one group whose user entity takes part in most facts. Every new fact is
+checked against the facts that may repeat or contradict it (tkg/invalidation.py), and those are found among the
+facts of its two entities, so tkg's own cost per episode can grow with the degree of the user's entity. This
+benchmark measures it: one group, messages ``"User: I <RELATION> thing<k>."`` (five relations, objects drawn
+from a pool three times the run, so a few repeat) through ``Memory.add_episode`` with the rule-based LLM double
+(``tkg.RulesLLM``: extraction and resolution answered at zero latency). At each size it reports the engine time
+(wall time minus the time inside the LLM double) of the last ``--block`` episodes before it: p50, p95, max.
+
+    python benchmarks/bench_hot_entity.py --quick        # 200 and 400 facts (seconds)
+    python benchmarks/bench_hot_entity.py                # 1,000, 2,000 and 5,000 facts
+    python benchmarks/bench_hot_entity.py --sizes 1000,10000
+
+Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_core
+import render
+from bench_extraction import Timed
+from measure import percentile
+
+from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig
+from tkg.llm.rules import RulesLLM
+
+ROOT = Path(__file__).resolve().parent
+RELATIONS = ("LIKES", "VISITED", "KNOWS", "OWNS", "READ")
+P50_LIMIT_MS = 5.0
+P95_LIMIT_MS = 10.0
+
+
+def run(sizes: list[int], block: int, seed: int = 3) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    llm = Timed(RulesLLM())
+    memory = Memory(
+        embedder=HashEmbedder(),
+        llm=llm,
+        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
+        config=MemoryConfig(communities=None),  # the community tier has its own benchmark
+    )
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    last = sizes[-1]
+    engine_ms: list[float] = []
+    rows = []
+    for i in range(last):
+        text = f"User: I {rng.choice(RELATIONS)} thing{rng.randrange(3 * last)}."
+        before = llm.seconds
+        began = time.perf_counter()
+        memory.add_episode(text, group_id="user", reference_time=start + timedelta(hours=i))
+        engine_ms.append((time.perf_counter() - began - (llm.seconds - before)) * 1000)
+        if i + 1 in sizes:
+            window = engine_ms[-block:]
+            user = memory.find_entities("User", group_ids=["user"])[0]
+            degree = len(memory.facts_about(user.id, include_invalidated=True))
+            row = {
+                "episodes": i + 1,
+                "user_facts": degree,
+                "p50_ms": percentile(window, 50),
+                "p95_ms": percentile(window, 95),
+                "max_ms": max(window),
+                "block": len(window),
+            }
+            rows.append(row)
+            print(
+                f"{i + 1:>7,} episodes, user entity in {degree:,} facts: engine p50 {row['p50_ms']:.2f} ms, "
+                f"p95 {row['p95_ms']:.2f} ms, max {row['max_ms']:.2f} ms (last {len(window)} episodes)",
+                flush=True,
+            )
+    return rows
+
+
+def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    table = {
+        "title": "One user entity accumulating facts: engine time per episode (in-memory backend, RulesLLM)",
+        "columns": ["episodes", "facts of the user entity", "engine p50 ms", "engine p95 ms", "engine max ms"],
+        "rows": [[r["episodes"], r["user_facts"], r["p50_ms"], r["p95_ms"], r["max_ms"]] for r in rows],
+        "notes": [
+            "engine time = wall time of add_episode minus the time inside the LLM double; each row: the last "
+            f"{rows[0]['block'] if rows else 0} episodes before that size",
+        ],
+    }
+    plot = {
+        "file": "hot_entity_engine_ms.png",
+        "title": "Engine time per episode as one entity accumulates facts",
+        "x_label": "facts of the user entity",
+        "y_label": "ms per episode",
+        "x": [r["user_facts"] for r in rows],
+        "series": {"p50": [r["p50_ms"] for r in rows], "p95": [r["p95_ms"] for r in rows]},
+    }
+    targets = []
+    for r in rows:
+        targets.append(
+            render.target(f"engine p50 < 5 ms at {r['user_facts']:,} facts", r["p50_ms"], P50_LIMIT_MS, "ms")
+        )
+        targets.append(
+            render.target(f"engine p95 < 10 ms at {r['user_facts']:,} facts", r["p95_ms"], P95_LIMIT_MS, "ms")
+        )
+    return {"tables": [table], "plots": [plot], "targets": targets}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="200 and 400 episodes")
+    parser.add_argument("--sizes", default="1000,2000,5000", help="comma-separated episode counts")
+    parser.add_argument("--block", type=int, default=200, help="episodes measured before each size")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "hot_entity.json", help="where the JSON goes")
+    args = parser.parse_args(argv)
+    sizes = [200, 400] if args.quick else sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    if not sizes or sizes[0] < 1 or args.block < 1:
+        parser.error("--sizes takes positive integers; --block must be at least 1")
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    info = bench_core.machine()
+    rows = run(sizes, args.block)
+    payload = {
+        "bench": "hot_entity",
+        "command": render.command_line(),
+        "machine": info,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+        **contract(rows),
+        "results": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2, default=str))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
