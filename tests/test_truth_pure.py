@@ -278,3 +278,70 @@ def test_common_relative_phrases_use_exact_calendar_arithmetic() -> None:
         2024, 3, 29
     )
     assert resolve_time("9999 years ago", ref) is None  # out of the calendar: nothing, not a crash
+
+
+def _component_by_pairs(seeds: list[str], facts: list[Fact], single: set[str]) -> set[str]:
+    """The definition of invalidation.component, pair by pair (quadratic; the oracle)."""
+
+    def linked(a: Fact, b: Fact) -> bool:
+        if (a.verdicts.get(b.id) not in (None, Verdict.COMPATIBLE)) or (
+            b.verdicts.get(a.id) not in (None, Verdict.COMPATIBLE)
+        ):
+            return True
+        if (a.source_id, a.relation) != (b.source_id, b.relation):
+            return False
+        return a.relation in single or (
+            a.target_id == b.target_id and invalidation.text_key(a.fact) == invalidation.text_key(b.fact)
+        )
+
+    seen = {s for s in seeds if any(f.id == s for f in facts)}
+    grew = True
+    while grew:
+        grew = False
+        for f in facts:
+            if f.id not in seen and any(linked(f, g) for g in facts if g.id in seen):
+                seen.add(f.id)
+                grew = True
+    return seen
+
+
+def test_component_links_the_same_facts_as_the_pairwise_definition() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    fact_st = st.tuples(
+        st.sampled_from("ab"),
+        st.sampled_from(["LIKES", "LIVES_IN"]),
+        st.sampled_from("xyz"),
+        st.sampled_from(["Ann likes tea", "ann likes tea.", "Ann likes coffee"]),
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        rows=st.lists(fact_st, min_size=1, max_size=9),
+        verdicts=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.sampled_from(list(Verdict))), max_size=6),
+        single=st.sets(st.sampled_from(["LIKES", "LIVES_IN"])),
+        seed=st.integers(0, 8),
+    )
+    def check(rows, verdicts, single, seed) -> None:  # type: ignore[no-untyped-def]
+        judged: dict[int, dict[str, Verdict]] = {}
+        for a, b, v in verdicts:
+            if a < len(rows) and b < len(rows) and a != b:
+                judged.setdefault(a, {})[f"f{b}"] = v
+        facts = [
+            Fact(
+                id=f"f{i}",
+                group_id="g",
+                source_id=s,
+                target_id=t,
+                relation=r,
+                fact=text,
+                created_at=NOW,
+                verdicts=judged.get(i, {}),
+            )
+            for i, (s, r, t, text) in enumerate(rows)
+        ]
+        found = {f.id for f in invalidation.component([f"f{seed}"], facts, single.__contains__)}
+        assert found == _component_by_pairs([f"f{seed}"], facts, single)
+
+    check()

@@ -164,8 +164,9 @@ class EpisodePlanner:
                     known.setdefault(f.id, []).append(by_id[m_id])
         inherited: dict[str, Verdict] = {}
         open_: list[Fact] = []
+        near = sources | targets
         for old in pool:
-            if old.id in mate_ids or not _may_concern(old, sources, targets, probe.relation, old.id in related):
+            if old.id in mate_ids or not _may_concern(old, sources, targets, near, probe.relation, old.id in related):
                 continue
             if not invalidation.overlaps_as_stated(probe, old):
                 continue
@@ -197,16 +198,24 @@ class EpisodePlanner:
         others = [f for f in pool if f.relation != probe.relation and f.embedding is not None]
         if not others:
             return set()
-        scores = np.stack([f.embedding for f in others]) @ vector  # type: ignore[misc]
-        # Counted by statement, not by fact: restatements of one statement share one verdict.
+        scores = (np.stack([f.embedding for f in others]) @ vector).tolist()  # type: ignore[misc]
+        # Counted by statement, not by fact: restatements of one statement share one verdict. Walked from the
+        # closest down, so a statement's first score is its best; the walk stops past the limit-th statement
+        # (ties with it kept, then broken by content) or below the similarity floor.
         best: dict[tuple[str, ...], float] = {}
-        members: dict[tuple[str, ...], list[str]] = {}
-        for fact, score in zip(others, scores.tolist(), strict=True):
-            key = invalidation.statement_key(fact)
-            best[key] = max(best.get(key, -2.0), score)
-            members.setdefault(key, []).append(fact.id)
-        ranked = sorted(best, key=lambda k: (-best[k], k))[:limit]
-        return {fid for key in ranked if best[key] >= self.settings.related_min_similarity for fid in members[key]}
+        floor = self.settings.related_min_similarity
+        for i in sorted(range(len(others)), key=scores.__getitem__, reverse=True):
+            score = scores[i]
+            if score < floor or (len(best) >= limit and score < min(best.values())):
+                break
+            best.setdefault(invalidation.statement_key(others[i]), score)
+        ranked = set(sorted(best, key=lambda k: (-best[k], k))[:limit])
+        triples = {key[:3] for key in ranked}
+        return {
+            f.id
+            for f in others
+            if (f.source_id, f.target_id, f.relation) in triples and invalidation.statement_key(f) in ranked
+        }
 
     def _possible_ids(self, name: str) -> list[str | None]:
         match, candidates, _ = self._verdict(name)
@@ -539,11 +548,11 @@ def linked_facts(
     return invalidation.component([f.id for f in seeds], list(facts.values()), single_valued)
 
 
-def _may_concern(old: Fact, sources: set[str], targets: set[str], relation: str, similar: bool) -> bool:
+def _may_concern(old: Fact, sources: set[str], targets: set[str], near: set[str], relation: str, similar: bool) -> bool:
     """Could ``old`` be a candidate of a new fact whose ends are among ``sources`` x ``targets`` (the possible
-    resolutions of two names)? The rule of :func:`tkg.invalidation.may_concern` (time aside), over every
-    combination; ``similar``: the two sentences are close, so another relation counts too."""
-    ends = {old.source_id, old.target_id}
-    if (old.relation == relation or similar) and ends & (sources | targets):
+    resolutions of two names; ``near`` is their union)? The rule of :func:`tkg.invalidation.may_concern` (time
+    aside), over every combination; ``similar``: the two sentences are close, so another relation counts too."""
+    a, b = old.source_id, old.target_id
+    if (old.relation == relation or similar) and (a in near or b in near):
         return True
-    return any(ends == {s, t} for s in sources & ends for t in targets & ends)
+    return (a in sources and b in targets) or (b in sources and a in targets)

@@ -33,6 +33,7 @@ overlap the new fact's -- superseded facts included, so that a late-arriving fac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -64,8 +65,10 @@ def same_pair(a: Fact, b: Fact) -> bool:
     return {a.source_id, a.target_id} == {b.source_id, b.target_id}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def text_key(sentence: str) -> str:
-    """A sentence compared for verbatim repeats: case and spacing folded, final punctuation dropped."""
+    """A sentence compared for verbatim repeats: case and spacing folded, final punctuation dropped. (Cached:
+    every new fact compares its sentence with those of its entities' facts, over and over.)"""
     return " ".join(sentence.casefold().split()).rstrip(".!")
 
 
@@ -267,23 +270,25 @@ def _stamped(new: Fact, old: Fact, now: datetime) -> Fact:
 
 
 def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> list[Fact]:
-    """The facts of ``facts`` linked to the ``seeds`` through statements or contradictions (transitively)."""
+    """The facts of ``facts`` linked to the ``seeds`` through statements or contradictions (transitively): the
+    same slot (a single-valued relation's subject, or a verbatim statement), or an LLM verdict other than
+    "compatible", either way round. One cheap pass buckets the facts by subject and relation and collects the
+    verdicts; sentences are compared only inside the buckets the walk reaches, so an entity with thousands of
+    facts costs little when few of them are linked to a new one."""
     by_id = {f.id: f for f in facts}
-    links: dict[str, set[str]] = {f.id: set() for f in facts}
-    by_slot: dict[tuple[str, ...], list[str]] = {}
+    # Few containers, on purpose: one list per subject and relation (a container per fact would make the
+    # garbage collector, not this loop, the cost at a few thousand facts).
+    buckets: dict[tuple[str, str], list[Fact]] = {}
+    judged: dict[str, list[str]] = {}  # fact id -> ids of the facts it has a verdict with, either way round
     for fact in facts:
+        buckets.setdefault((fact.source_id, fact.relation), []).append(fact)
+        if not fact.verdicts:
+            continue
         for other, verdict in fact.verdicts.items():
-            if verdict != Verdict.COMPATIBLE and other in links:
-                links[fact.id].add(other)
-                links[other].add(fact.id)
-        if single_valued(fact.relation):  # one slot: every object contradicts every other
-            slot: tuple[str, ...] = (fact.source_id, fact.relation)
-        else:
-            slot = (fact.source_id, fact.relation, fact.target_id, text_key(fact.fact))
-        by_slot.setdefault(slot, []).append(fact.id)
-    for members in by_slot.values():
-        for fid in members:
-            links[fid].update(members)
+            if verdict != Verdict.COMPATIBLE and other in by_id:
+                judged.setdefault(fact.id, []).append(other)
+                judged.setdefault(other, []).append(fact.id)
+    walked: set[tuple[str, ...]] = set()  # slots whose facts are queued
     seen: set[str] = set()
     queue = [s for s in seeds if s in by_id]
     while queue:
@@ -291,5 +296,16 @@ def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callab
         if current in seen:
             continue
         seen.add(current)
-        queue.extend(links[current] - seen)
+        fact = by_id[current]
+        bucket = (fact.source_id, fact.relation)
+        if single_valued(fact.relation):  # one slot: every object contradicts every other
+            if bucket not in walked:
+                walked.add(bucket)
+                queue.extend(f.id for f in buckets[bucket])
+        else:  # the same statement: same ends, relation and sentence
+            target, key = fact.target_id, text_key(fact.fact)
+            if (*bucket, target, key) not in walked:  # a statement's facts are found once, with its first
+                walked.add((*bucket, target, key))
+                queue.extend(f.id for f in buckets[bucket] if f.target_id == target and text_key(f.fact) == key)
+        queue.extend(judged.get(current, ()))
     return [f for f in facts if f.id in seen]
