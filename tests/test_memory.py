@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import numpy as np
@@ -248,8 +249,12 @@ def test_bad_llm_dates_and_names_are_handled_not_dropped(memory):
 
 def test_unknown_group_and_bad_search_arguments(memory):
     memory.add_episode("Ann: hello Bob", group_id="g")
-    with pytest.raises(UnknownGroupError, match="nobody"):
-        memory.search("hello", group_ids=["nobody"])
+    assert memory.search("hello", group_ids=["nobody"]) == memory.search("hello", group_ids=["nobody", "nobody2"])
+    assert not memory.search("hello", group_ids=["nobody"]).facts  # a user not seen yet: nothing, no error
+    assert memory.search("hello", group_ids=["nobody", "g"]).episodes  # the known group still answers
+    strict = memory.with_config(dataclasses.replace(memory.config, strict_groups=True))
+    with pytest.raises(UnknownGroupError, match="nobody"):  # the typo guard, when asked for
+        strict.search("hello", group_ids=["nobody"])
     with pytest.raises(ValidationError):
         memory.search("  ")
     with pytest.raises(ValidationError):

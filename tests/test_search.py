@@ -207,8 +207,9 @@ def test_bad_input_gives_clear_errors_or_empty_results(memory):
         memory.search("chess", known_at=datetime(2024, 1, 1))
     with pytest.raises(TimestampError):
         memory.search("chess", filters=Filters(dates=(DateRange("created_at", start=datetime(2024, 1, 1)),)))
+    assert memory.search("chess", group_ids=["nobody"]).facts == []
     with pytest.raises(UnknownGroupError):
-        memory.search("chess", group_ids=["nobody"])
+        memory.with_config(dataclasses.replace(memory.config, strict_groups=True)).search("chess", group_ids=["nobody"])
     with pytest.raises(ValidationError):
         memory.search("chess", limit=True)
     with pytest.raises(ValidationError):

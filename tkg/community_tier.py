@@ -477,6 +477,12 @@ class CommunityTier:
         self.last_drift[group_id] = value
         return value
 
+    def forget(self, group_id: str) -> None:
+        """Drop what the refresh policy counts for a group (the group was erased)."""
+        for counts in (self._changes, self._since_drift_check):
+            counts.pop(group_id, None)
+        self.last_drift.pop(group_id, None)
+
     def pending_changes(self, group_id: str) -> int:
         """Graph changes (entities arrived, facts added or ended) seen by :meth:`extend` since the last refresh."""
         return self._changes[group_id]

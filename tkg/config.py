@@ -74,6 +74,9 @@ class MemoryConfig:
 
     #: Group used when a call names none.
     default_group: str = "default"
+    #: A search naming a group that holds nothing finds nothing (as for a user not seen yet). True: it raises
+    #: :class:`tkg.errors.UnknownGroupError` instead, a guard against a misspelt group id.
+    strict_groups: bool = False
     #: Episodes longer than this are refused (split them); an LLM prompt cannot hold arbitrarily much.
     max_episode_chars: int = 100_000
     #: Earlier episodes of the same group given to the extraction prompt as context.

@@ -384,6 +384,26 @@ class Memory(MemoryReads, MemoryFiles):
         assert isinstance(episode, Episode)
         return self._ingestor.remove(episode, self._clock.now())
 
+    def delete_group(self, group_id: str) -> dict[str, int]:
+        """Erase a whole group for good: its episodes, entities, facts, mentions, communities and memberships.
+        Everything else in tkg keeps history (facts end, they are not deleted); this does not, and is meant for
+        privacy requests ("forget this user"). Other groups are untouched. Returns the number of records erased
+        per kind (all zero for a group that holds nothing). A memory opened with :meth:`open` journals the
+        erasure, and its next compaction writes a snapshot without the group; copies of older snapshot files you
+        keep elsewhere still hold it."""
+        check_group_id(group_id)
+        groups = frozenset({group_id})
+        with self._ingestor.group_lock(group_id), self._locks.write():
+            deletes = [(kind, record.id) for kind in Kind for record in self._store.scan(kind, groups)]
+            if deletes:
+                self._store.write(WriteBatch(deletes=deletes))
+            if self._communities is not None:
+                self._communities.forget(group_id)
+        erased = {kind.value: 0 for kind in Kind}
+        for kind, _ in deletes:
+            erased[kind.value] += 1
+        return erased
+
     # ------------------------------------------------------------------------------------------------------
     # communities
     def refresh_communities(self, group_id: str | None = None, *, warm: bool | None = None) -> CommunityReport:
@@ -444,8 +464,9 @@ class Memory(MemoryReads, MemoryFiles):
         anchors time phrases in the query ("last week") for the ``conversation`` preset.
 
         A filter naming a label or relation that nothing has, or a limit beyond the corpus, gives fewer (or no)
-        results, never an error. Errors: an empty or too long query, a bad limit or target, a naive datetime, an
-        unknown group, and a centre or origin that is not an entity visible in the searched groups.
+        results, never an error, and so does a group that holds nothing (unless ``MemoryConfig.strict_groups``).
+        Errors: an empty or too long query, a bad limit or target, a naive datetime, and a centre or origin that
+        is not an entity visible in the searched groups.
         """
         self._check_query(query)
         if filters is not None and not isinstance(filters, Filters):
@@ -524,7 +545,7 @@ class Memory(MemoryReads, MemoryFiles):
         )
 
     def _check_groups(self, group_ids: frozenset[str] | None) -> None:
-        if group_ids is None:
+        if group_ids is None or not self._config.strict_groups:
             return
         missing = sorted(group_ids - self._store.groups())
         if missing:
