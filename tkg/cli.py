@@ -26,6 +26,7 @@ from typing import Any
 from tkg import pictures, snapshot
 from tkg.cli_input import KINDS, cli_time, ingest, parse_jsonl, read_input, record_counts
 from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural
+from tkg.config import MemoryConfig
 from tkg.demo import DEMO_PAST, show_demo
 from tkg.environment import add_model_options, embedder_choice, llm_from_env, make_embedder
 from tkg.errors import TkgError, ValidationError
@@ -73,9 +74,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+#: At a terminal a group that holds nothing is more likely a typo than a user not seen yet: say so.
+TYPO_GUARD = MemoryConfig(strict_groups=True)
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     """``tkg search``: hybrid search with the time filters, as text or ``--json``."""
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder))
+    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), config=TYPO_GUARD)
     results = memory.search(args.query, **_search_args(args))
     if args.json:
         print(json.dumps(results_json(memory, results), ensure_ascii=False, indent=2))
@@ -86,7 +91,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_context(args: argparse.Namespace) -> int:
     """``tkg context``: the context string an agent would put in its prompt."""
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder))
+    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), config=TYPO_GUARD)
     text = memory.context(args.query, max_chars=args.max_chars, include_episodes=args.episodes, **_search_args(args))
     if text:
         print(text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tkg import snapshot
+from tkg.config import MemoryConfig
 from tkg.embedders.base import Embedder
 from tkg.embedders.hashing import HashEmbedder
 from tkg.environment import embedder_choice
@@ -36,7 +37,13 @@ def check_target(path: Path) -> None:
 
 
 def open_memory(
-    path: Path, embedder: Embedder, llm: LLMClient | None = None, *, create: bool = False, durable: bool = False
+    path: Path,
+    embedder: Embedder,
+    llm: LLMClient | None = None,
+    *,
+    create: bool = False,
+    durable: bool = False,
+    config: MemoryConfig | None = None,
 ) -> Memory:
     """The memory at ``path`` (its snapshot and journal); with ``create``, a missing one gives an empty memory
     instead of an error; ``durable``: opened with :meth:`tkg.Memory.open`, so every write is journalled."""
@@ -44,10 +51,10 @@ def open_memory(
         require_snapshot(path)
     try:
         if durable:
-            return Memory.open(path, embedder=embedder, llm=llm, create=create)
+            return Memory.open(path, embedder=embedder, llm=llm, create=create, config=config)
         if create and not path.exists() and not segment_paths(path):
-            return Memory(embedder=embedder, llm=llm)
-        return Memory.load(path, embedder=embedder, llm=llm)
+            return Memory(embedder=embedder, llm=llm, config=config)
+        return Memory.load(path, embedder=embedder, llm=llm, config=config)
     except ConfigurationError:
         meta = snapshot.read(path)[0]
         stored = str(meta.get("embedder", ""))
