@@ -22,6 +22,7 @@ after the episode is written; a refresh that fails only adds a warning to the ep
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict, deque
@@ -53,6 +54,8 @@ __all__ = ["BackgroundIngestor", "IngestionStatus", "State"]
 
 State = Literal["queued", "running", "done", "failed"]
 _FINISHED = frozenset({"done", "failed"})
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +315,7 @@ class BackgroundIngestor:
             retryable = isinstance(exc, LLMError) and exc.retryable
             return IngestionStatus(episode_id, "failed", error=str(exc), retryable=retryable)
         except Exception as exc:  # a worker must outlive any one episode; the episode stays queued in the memory
+            log.exception("background ingestion of episode %s failed unexpectedly; it stays queued", episode_id)
             return IngestionStatus(episode_id, "failed", error=f"{type(exc).__name__}: {exc}")
         return IngestionStatus(episode_id, "done", result=result)
 

@@ -28,7 +28,14 @@ from tkg.cli_input import KINDS, cli_time, ingest, parse_jsonl, read_input, reco
 from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural
 from tkg.config import MemoryConfig
 from tkg.demo import DEMO_PAST, show_demo
-from tkg.environment import add_model_options, embedder_choice, llm_from_env, make_embedder
+from tkg.environment import (
+    add_log_option,
+    add_model_options,
+    embedder_choice,
+    llm_from_env,
+    logging_to_stderr,
+    make_embedder,
+)
 from tkg.errors import TkgError, ValidationError
 from tkg.memory import Memory
 from tkg.models import Entity, Episode, Fact, Kind
@@ -272,6 +279,7 @@ def _command(
     parents: list[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
     sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text, parents=parents)
+    add_log_option(sub, default="error")  # what goes wrong is reported by the command itself
     sub.set_defaults(func=func)
     return sub
 
@@ -289,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
     try:
-        return int(args.func(args))
+        with logging_to_stderr(args.log_level):
+            return int(args.func(args))
     except TkgError as exc:
         return error(str(exc))
     except BrokenPipeError:  # e.g. `tkg search ... | head`

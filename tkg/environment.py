@@ -12,8 +12,10 @@ import):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from tkg.cli_output import note
 from tkg.embedders.base import Embedder
@@ -21,10 +23,51 @@ from tkg.embedders.hashing import HashEmbedder
 from tkg.errors import ConfigurationError
 from tkg.llm.base import LLMClient
 
-__all__ = ["EMBEDDERS", "add_model_options", "describe_llm", "embedder_choice", "llm_from_env", "make_embedder"]
+__all__ = [
+    "EMBEDDERS",
+    "LOG_LEVELS",
+    "add_log_option",
+    "add_model_options",
+    "describe_llm",
+    "embedder_choice",
+    "llm_from_env",
+    "logging_to_stderr",
+    "make_embedder",
+]
 
 #: The ``--embedder`` choices every command line offers.
 EMBEDDERS = ("auto", "minilm", "hash", "openai")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_log_option(parser: argparse.ArgumentParser, default: str = "warning") -> None:
+    """Add ``--log-level`` (read by :func:`configure_logging`)."""
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=default,
+        help=f"what tkg logs on stderr (default {default}; debug: a line per episode; info: the HTTP access log)",
+    )
+
+
+@contextlib.contextmanager
+def logging_to_stderr(level: str) -> Iterator[None]:
+    """While a command line or a server runs: tkg's log records of ``level`` and above go to stderr (other
+    libraries' logging is left as it was), and the ``tkg`` logger is as it was afterwards. The library itself
+    configures no handler: an application that embeds tkg decides where its records go."""
+    logger = logging.getLogger("tkg")
+    handler = logging.StreamHandler()  # the stderr of now
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.getLevelNamesMapping()[level.upper()])
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
-"""The HTTP service's gate: API keys (each bound to the groups it may touch) and the ASGI middleware that checks the
-key and the body size before the application sees a request.
+"""The HTTP service's gate: API keys (each bound to the groups it may touch), the ASGI middleware that checks the
+key and the body size before the application sees a request, and the access log.
 
 A missing or unknown key on ``/v1/`` is ``401`` (the health check is open); a body over the limit is ``413``,
 answered from its ``Content-Length`` without reading it, or as soon as a chunked body passes the limit. The groups
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +22,11 @@ from tkg.models import check_group_id
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["Gate", "KeyRing", "key_groups"]
+__all__ = ["AccessLog", "Gate", "KeyRing", "key_groups"]
+
+#: The access log: one INFO record per request, its fields also as attributes (method, path, status, ms) for a
+#: structured handler. Keys, query strings and bodies are never logged.
+access_log = logging.getLogger("tkg.http.access")
 
 #: Paths under /v1/ that need no key.
 OPEN_PATHS = frozenset({"/v1/health"})
@@ -203,3 +209,38 @@ async def _send_error(
         raw.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+class AccessLog:
+    """ASGI middleware: one :data:`access_log` record per HTTP request once its answer has started, with the
+    method, the path, the status and the milliseconds taken (``-`` as status when no answer was sent)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not access_log.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status: list[int] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            method, path = str(scope.get("method", "")), str(scope.get("path", ""))
+            code = status[0] if status else None
+            access_log.info(
+                "%s %s %s %.1f ms",
+                method,
+                path,
+                code if code is not None else "-",
+                ms,
+                extra={"method": method, "path": path, "status": code, "ms": round(ms, 3)},
+            )

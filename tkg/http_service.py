@@ -42,7 +42,7 @@ from tkg.errors import (
     UnknownGroupError,
     ValidationError,
 )
-from tkg.http_gate import Gate, KeyRing, key_groups
+from tkg.http_gate import AccessLog, Gate, KeyRing, key_groups
 from tkg.memory import Memory
 from tkg.serving import Served, add_serving_options, serve_command, serving_error
 from tkg.tenancy import ScopedMemory
@@ -248,6 +248,7 @@ def create_app(
         ),
     )
     app.add_middleware(Gate, ring=ring, max_body_bytes=max_body_bytes)
+    app.add_middleware(AccessLog)  # outermost: logs the gate's 401 and 413 too
     bearer = HTTPBearer(auto_error=False, description="The API key as a bearer token.")
     header_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key.")
 
@@ -451,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             ingestor=served.ingestor,
         )
         listener = listening_socket(args.host, args.port)
-        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port))
+        # tkg's own access log (tkg.http.access, --log-level info) replaces uvicorn's
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, access_log=False))
         return lambda: server.run(sockets=[listener])
 
     return serve_command("tkg-http", args, start)

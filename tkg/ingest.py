@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from tkg.timeutil import to_utc
 #: a stored episode (a retry, or one taken from the queue) also its own queued record.
 _REPLACEABLE = frozenset({EpisodeStatus.FAILED})
 _REPLACEABLE_STORED = frozenset({EpisodeStatus.FAILED, EpisodeStatus.QUEUED})
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,7 @@ class Ingestor:
         except LLMError as exc:
             failed = dataclasses.replace(episode, status=EpisodeStatus.FAILED, error=str(exc))
             self._store_failed(failed, vectors, replace_stored)
+            log.warning("episode %s of group %s stored as failed: %s", episode.id, episode.group_id, exc)
             raise ExtractionFailedError(
                 f"extraction of episode {episode.id} failed: {exc}. The episode is stored (status 'failed'); "
                 "call Memory.retry() once the LLM is back.",
@@ -310,7 +314,7 @@ class Ingestor:
             self.store.write(WriteBatch(puts=puts, deletes=deletes))
         warnings = list(plan.warnings)
         self._maintain_communities(episode.group_id, usage, warnings)
-        return EpisodeResult(
+        result = EpisodeResult(
             episode=episode,
             entities=list(plan.entities.values()),
             facts=list(plan.facts.values()),
@@ -319,6 +323,17 @@ class Ingestor:
             decisions=dict(plan.decisions),
             seconds=time.perf_counter() - started,
         )
+        log.debug(
+            "episode %s of group %s %s: %d entities, %d facts written, %d LLM calls, %.1f ms",
+            episode.id,
+            episode.group_id,
+            episode.status.value,
+            len(result.entities),
+            len(result.facts),
+            usage.calls,
+            result.seconds * 1000,
+        )
+        return result
 
     def _maintain_communities(self, group_id: str, usage: LLMUsage, warnings: list[str]) -> None:
         """Run the community refresh policy after the episode is written. A refresh that fails (its LLM
@@ -333,6 +348,7 @@ class Ingestor:
             if isinstance(exc, LLMError):
                 usage.failures += 1
             warnings.append(f"community refresh of group {group_id} failed and was left for later: {exc}")
+            log.warning("community refresh of group %s failed and was left for later: %s", group_id, exc)
             return
         if refreshed is not None:
             usage.add(refreshed.usage)

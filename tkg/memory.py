@@ -4,6 +4,7 @@ snapshot. Servers, the CLI, pictures and background ingestion all come in throug
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -40,6 +41,8 @@ from tkg.search_config import Reranker, SearchConfig, TargetConfig, choose
 from tkg.storage import Store, WriteBatch
 from tkg.timeline import Filters, make_scope
 from tkg.timeutil import to_aware
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
@@ -402,6 +405,7 @@ class Memory(MemoryReads, MemoryFiles):
         erased = {kind.value: 0 for kind in Kind}
         for kind, _ in deletes:
             erased[kind.value] += 1
+        log.info("group %s erased: %s", group_id, ", ".join(f"{n} {kind}" for kind, n in erased.items() if n))
         return erased
 
     # ------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tkg.background import BackgroundIngestor
 from tkg.demo import build_demo
-from tkg.environment import add_model_options, llm_from_env, make_embedder
+from tkg.environment import add_log_option, add_model_options, llm_from_env, logging_to_stderr, make_embedder
 from tkg.errors import TkgError, ValidationError
 from tkg.llm.base import LLMClient
 from tkg.memory import Memory
@@ -84,6 +84,7 @@ def add_serving_options(parser: argparse.ArgumentParser, *, background: str) -> 
     )
     parser.add_argument("--demo", action="store_true", help="start from the offline demo memory (group 'demo')")
     add_model_options(parser)
+    add_log_option(parser, default="info")
     parser.add_argument("--background", action="store_true", help=background)
 
 
@@ -97,6 +98,11 @@ def serve_command(prog: str, args: argparse.Namespace, start: Callable[[Served],
     is a configuration error: its message goes to stderr and the status is 2. On the way out, what was accepted is
     finished, so nothing accepted is lost on a normal shutdown.
     """
+    with logging_to_stderr(args.log_level):
+        return _serve(prog, args, start)
+
+
+def _serve(prog: str, args: argparse.Namespace, start: Callable[[Served], Callable[[], object]]) -> int:
     ingestor: BackgroundIngestor | None = None
     memory: Memory | None = None
     try:
