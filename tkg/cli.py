@@ -37,6 +37,7 @@ from tkg.environment import (
     make_embedder,
 )
 from tkg.errors import TkgError, ValidationError
+from tkg.export import FORMATS
 from tkg.memory import Memory
 from tkg.models import Entity, Episode, Fact, Kind
 from tkg.snapshot_paths import check_target, open_for_pictures, open_memory, require_snapshot
@@ -104,6 +105,31 @@ def cmd_context(args: argparse.Namespace) -> int:
         print(text)
     else:
         note("nothing relevant found")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``tkg export``: write a memory for other tools, or losslessly for ``tkg import``."""
+    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), config=TYPO_GUARD)
+    unknown = sorted(set(args.group or ()) - set(memory.groups()))
+    if unknown:
+        raise ValidationError(f"group(s) {unknown} hold nothing in {args.snapshot}")
+    count = memory.export(args.out, args.format, args.group)
+    print(f"wrote {args.out} ({args.format}): {count:,} records")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """``tkg import``: add the groups of a ``tkg export`` JSONL file to a snapshot, exactly as they were."""
+    check_target(Path(args.snapshot))
+    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), create=True, durable=True)
+    try:
+        imported = memory.import_jsonl(args.file)
+        size = memory.save(args.snapshot)
+    finally:
+        memory.close()
+    print(f"imported {args.file}: {count_line(imported)}")
+    print(f"saved {args.snapshot} ({size:,} bytes): {count_line(record_counts(memory))} in total")
     return 0
 
 
@@ -242,6 +268,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--episodes", action="store_true", default=None, help="include source episodes (default: when no fact is found)"
     )
     episodes.add_argument("--no-episodes", dest="episodes", action="store_false", help="never include episodes")
+
+    export_p = _command(
+        commands,
+        "export",
+        cmd_export,
+        "write a memory out (jsonl: lossless; csv, graphml, neo4j: for other tools)",
+        [common],
+    )
+    export_p.add_argument("--snapshot", required=True, help="snapshot file to read")
+    export_p.add_argument("--format", choices=FORMATS, default="jsonl", help="default jsonl (see the README)")
+    export_p.add_argument("--out", required=True, help="file to write (neo4j: a folder)")
+    export_p.add_argument("--group", action="append", help="export only this group (repeatable); default: all")
+
+    import_p = _command(commands, "import", cmd_import, "add the groups of a 'tkg export' JSONL file", [common])
+    import_p.add_argument("file", metavar="FILE", help="a file written by 'tkg export --format jsonl'")
+    import_p.add_argument("--snapshot", required=True, help="snapshot to add to (created if missing)")
 
     stats_p = _command(commands, "stats", cmd_stats, "what a snapshot holds", [common])
     stats_p.add_argument("--snapshot", required=True, help="snapshot file to read")

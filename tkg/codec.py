@@ -87,21 +87,22 @@ def decode_value(value: Any, *, json: bool = False) -> Any:
 
 
 # -- rows -------------------------------------------------------------------------------------------------------
-def encode_record(record: Record) -> dict[str, Any]:
-    """A record as a map of its fields (vectors as float32 bytes)."""
-    return {f.name: encode_value(getattr(record, f.name)) for f in dataclasses.fields(record)}
+def encode_record(record: Record, *, json: bool = False) -> dict[str, Any]:
+    """A record as a map of its fields (vectors as float32 bytes; ``json``: as in :func:`encode_value`)."""
+    return {f.name: encode_value(getattr(record, f.name), json=json) for f in dataclasses.fields(record)}
 
 
-def decode_record(kind: Kind, data: Mapping[str, Any]) -> Record:
+def decode_record(kind: Kind, data: Mapping[str, Any], *, json: bool = False) -> Record:
     """The record of :func:`encode_record`'s map (validated, as any new record)."""
     fields: dict[str, Any] = {}
     for name, value in data.items():
         if name in _VECTOR_FIELDS and value is not None:
-            fields[name] = np.frombuffer(value, dtype="<f4").astype(np.float32)
+            raw = decode_value(value, json=True) if json else value
+            fields[name] = np.frombuffer(raw, dtype="<f4").astype(np.float32)
         elif name in _TUPLE_FIELDS:
             fields[name] = tuple(value)
         else:
-            fields[name] = decode_value(value)
+            fields[name] = decode_value(value, json=json)
     return RECORD_TYPES[Kind(kind)](**fields)
 
 

@@ -4,7 +4,6 @@ snapshot. Servers, the CLI, pictures and background ingestion all come in throug
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -31,6 +30,7 @@ from tkg.llm.guard import GuardedLLM
 from tkg.llm.schema import GraphExtraction
 from tkg.locks import MemoryLocks
 from tkg.memory_files import MemoryFiles
+from tkg.memory_groups import MemoryGroups
 from tkg.memory_reads import Groups, MemoryReads
 from tkg.models import Episode, EpisodeSource, EpisodeStatus, Fact, Kind, check_group_id
 from tkg.ontology import Ontology
@@ -42,12 +42,10 @@ from tkg.storage import Store, WriteBatch
 from tkg.timeline import Filters, make_scope
 from tkg.timeutil import to_aware
 
-log = logging.getLogger(__name__)
-
 __all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
 
-class Memory(MemoryReads, MemoryFiles):
+class Memory(MemoryReads, MemoryFiles, MemoryGroups):
     """An embedded temporal knowledge-graph memory.
 
     >>> from tkg import Memory, HashEmbedder, FixedClock
@@ -386,27 +384,6 @@ class Memory(MemoryReads, MemoryFiles):
         episode = self.get(Kind.EPISODE, episode_id)
         assert isinstance(episode, Episode)
         return self._ingestor.remove(episode, self._clock.now())
-
-    def delete_group(self, group_id: str) -> dict[str, int]:
-        """Erase a whole group for good: its episodes, entities, facts, mentions, communities and memberships.
-        Everything else in tkg keeps history (facts end, they are not deleted); this does not, and is meant for
-        privacy requests ("forget this user"). Other groups are untouched. Returns the number of records erased
-        per kind (all zero for a group that holds nothing). A memory opened with :meth:`open` journals the
-        erasure, and its next compaction writes a snapshot without the group; copies of older snapshot files you
-        keep elsewhere still hold it."""
-        check_group_id(group_id)
-        groups = frozenset({group_id})
-        with self._ingestor.group_lock(group_id), self._locks.write():
-            deletes = [(kind, record.id) for kind in Kind for record in self._store.scan(kind, groups)]
-            if deletes:
-                self._store.write(WriteBatch(deletes=deletes))
-            if self._communities is not None:
-                self._communities.forget(group_id)
-        erased = {kind.value: 0 for kind in Kind}
-        for kind, _ in deletes:
-            erased[kind.value] += 1
-        log.info("group %s erased: %s", group_id, ", ".join(f"{n} {kind}" for kind, n in erased.items() if n))
-        return erased
 
     # ------------------------------------------------------------------------------------------------------
     # communities

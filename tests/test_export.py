@@ -1,0 +1,135 @@
+"""Export and import: tkg's JSONL rebuilds the same memory (every record, timestamp and vector), bad imports
+change nothing, and the CSV, GraphML and Neo4j files hold what other tools expect."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, Ontology, RelationType
+from tkg.cli import main
+from tkg.codec import encode_record
+from tkg.errors import ConfigurationError, ValidationError
+
+EMB = HashEmbedder(dim=32)
+HOMES = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+
+
+def memory_with_history(embedder: HashEmbedder = EMB) -> Memory:
+    memory = Memory(embedder=embedder, clock=FixedClock("2025-01-01T00:00:00Z"), ontology=HOMES)
+    for group in ("ann", "bob"):
+        memory.add_facts(
+            [
+                FactInput("Ann", "LIVES_IN", "Oslo", valid_at="2020-01-01T00:00:00Z"),
+                FactInput("Ann", "LIVES_IN", "Rome", valid_at="2022-01-01T00:00:00Z"),  # Oslo ends: history
+                FactInput("Ann", "KNOWS", "Zoë Müller"),
+            ],
+            group_id=group,
+        )
+        memory.add_episode("Ann: Zoë visited me last weekend.", group_id=group, extract=False)
+        memory.refresh_communities(group)
+    return memory
+
+
+def dump(memory: Memory) -> dict[str, list[Any]]:
+    return {
+        kind.value: sorted(
+            (json.dumps(encode_record(r, json=True), sort_keys=True) for r in memory.records(kind)),
+        )
+        for kind in Kind
+    }
+
+
+def test_jsonl_rebuilds_the_same_memory(tmp_path: Path) -> None:
+    memory = memory_with_history()
+    out = tmp_path / "all.jsonl"
+    written = memory.export(out)
+    assert written == sum(len(v) for v in dump(memory).values())
+    copy = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z"), ontology=HOMES)
+    imported = copy.import_jsonl(out)
+    assert dump(copy) == dump(memory)  # every record, every timestamp, every vector
+    assert imported["fact"] == 6 and imported["community"] >= 2
+    for as_of in (None, "2021-01-01T00:00:00Z"):
+        a = memory.search("where does Ann live?", group_ids=["ann"], as_of=as_of)
+        b = copy.search("where does Ann live?", group_ids=["ann"], as_of=as_of)
+        assert [(s.record.id, s.score) for s in a.facts] == [(s.record.id, s.score) for s in b.facts]
+    one = tmp_path / "bob.jsonl"
+    memory.export(one, group_ids=["bob"])
+    alone = Memory(embedder=EMB)
+    alone.import_jsonl(one)
+    assert alone.groups() == ["bob"] and len(alone.records(Kind.FACT)) == 3
+
+
+def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
+    memory = memory_with_history()
+    out = tmp_path / "all.jsonl"
+    memory.export(out)
+    before = dump(memory)
+    with pytest.raises(ValidationError, match="already hold records"):
+        memory.import_jsonl(out)  # its groups are here already
+    assert dump(memory) == before
+    with pytest.raises(ConfigurationError, match="embedder"):
+        Memory(embedder=HashEmbedder(dim=16)).import_jsonl(out)
+    lines = out.read_text().splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:5], '{"kind": "fact", "record": {"id": 3}}', *lines[5:]]) + "\n")
+    fresh = Memory(embedder=EMB)
+    with pytest.raises(ValidationError, match=r"broken.jsonl:6"):
+        fresh.import_jsonl(broken)
+    assert fresh.groups() == []
+    (tmp_path / "plain.jsonl").write_text('{"fact": "not an export"}\n')
+    with pytest.raises(ValidationError, match="not a tkg export"):
+        fresh.import_jsonl(tmp_path / "plain.jsonl")
+    with pytest.raises(ValidationError):
+        memory.export(tmp_path / "missing" / "x.jsonl")
+    with pytest.raises(ValidationError):
+        memory.export(tmp_path / "x.xml", format="xml")
+    assert not list(tmp_path.glob(".x*"))  # no temporary file left behind
+
+
+def test_csv_graphml_and_neo4j_hold_the_graph(tmp_path: Path) -> None:
+    import igraph
+
+    memory = memory_with_history()
+    memory.export(tmp_path / "facts.csv", "csv", ["ann"])
+    rows = list(csv.DictReader((tmp_path / "facts.csv").open(encoding="utf-8")))
+    assert len(rows) == 3
+    oslo = next(r for r in rows if r["target"] == "Oslo")
+    assert oslo["source"] == "Ann" and oslo["valid_at"].startswith("2020-01-01T00:00:00")
+    assert oslo["invalid_at"].startswith("2022-01-01") and oslo["expired_at"]  # the history, not only the present
+    assert any(r["target"] == "Zoë Müller" for r in rows)
+
+    memory.export(tmp_path / "graph.graphml", "graphml", ["ann"])
+    graph = igraph.Graph.Read_GraphML(str(tmp_path / "graph.graphml"))
+    assert graph.vcount() == len(memory.records(Kind.ENTITY, ["ann"])) and graph.ecount() == 3
+    assert sorted(graph.es["relation"]) == ["KNOWS", "LIVES_IN", "LIVES_IN"]
+    assert "Zoë Müller" in graph.vs["name"]
+
+    memory.export(tmp_path / "neo4j", "neo4j", ["ann"])
+    entities = list(csv.reader((tmp_path / "neo4j" / "entities.csv").open(encoding="utf-8")))
+    facts = list(csv.reader((tmp_path / "neo4j" / "facts.csv").open(encoding="utf-8")))
+    assert entities[0] == ["id:ID", "name", "group_id", "summary", ":LABEL"] and len(entities) == 5
+    assert facts[0][:3] == [":START_ID", ":END_ID", ":TYPE"] and len(facts) == 4
+    ids = {row[0] for row in entities[1:]}
+    assert all(row[0] in ids and row[1] in ids for row in facts[1:])
+
+
+def test_command_line_export_and_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap, copy, out = tmp_path / "m.tkg", tmp_path / "copy.tkg", tmp_path / "m.jsonl"
+    memory_with_history(HashEmbedder()).save(snap)  # the command line's hash embedder (384-d)
+    hashed = ["--embedder", "hash"]
+    assert main(["export", "--snapshot", str(snap), "--out", str(out), *hashed]) == 0
+    assert main(["import", str(out), "--snapshot", str(copy), *hashed]) == 0
+    assert "imported" in capsys.readouterr().out
+    original, rebuilt = Memory.load(snap, embedder=HashEmbedder()), Memory.load(copy, embedder=HashEmbedder())
+    assert dump(rebuilt) == dump(original)
+    assert main(["import", str(out), "--snapshot", str(copy), *hashed]) == 2  # its groups are there already
+    assert "already hold records" in capsys.readouterr().err
+    assert dump(Memory.load(copy, embedder=HashEmbedder())) == dump(original)
+    csv_args = ["export", "--snapshot", str(snap), "--out", str(tmp_path / "f.csv"), "--format", "csv", *hashed]
+    assert main([*csv_args, "--group", "nobody"]) == 2 and "nobody" in capsys.readouterr().err
+    assert main([*csv_args, "--group", "ann"]) == 0 and len((tmp_path / "f.csv").read_text().splitlines()) == 4

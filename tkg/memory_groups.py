@@ -1,0 +1,130 @@
+"""Whole groups in and out of a memory: export (tkg's lossless JSONL, CSV, GraphML, Neo4j CSV), import of tkg's
+JSONL, and erasure. :class:`tkg.Memory` is the only class that uses it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from tkg import export as formats
+from tkg.clock import Clock
+from tkg.community_tier import CommunityTier
+from tkg.embedders.base import Embedder
+from tkg.errors import ConfigurationError, ValidationError
+from tkg.locks import MemoryLocks
+from tkg.models import Entity, Fact, Kind, check_group_id
+from tkg.storage import Store, WriteBatch
+
+log = logging.getLogger("tkg.memory")
+
+
+class MemoryGroups:
+    """Export, import and erasure of whole groups (see :class:`tkg.Memory`)."""
+
+    _store: Store
+    _locks: MemoryLocks
+    _clock: Clock
+    _embedder: Embedder
+    _communities: CommunityTier | None
+
+    def export(self, path: str | Path, format: str = "jsonl", group_ids: Sequence[str] | None = None) -> int:
+        """Write these groups (default: all) to ``path`` in ``format`` (:data:`tkg.export.FORMATS`; ``neo4j``
+        writes a folder), and return the number of records written. ``jsonl`` is lossless: every record with
+        its four timestamps and its vectors, read back by :meth:`import_jsonl`. The others are for other tools
+        (see :mod:`tkg.export`). The records are read at one instant (under the read lock); the file is written
+        to a temporary name and renamed, so a failed export leaves no partial file."""
+        if format not in formats.FORMATS:
+            raise ValidationError(f"unknown export format {format!r}; use one of {', '.join(formats.FORMATS)}")
+        groups = frozenset(check_group_id(g) for g in group_ids) if group_ids is not None else None
+        with self._locks.read():
+            records = {kind: list(self._store.scan(kind, groups)) for kind in formats.KIND_ORDER}
+            held = sorted(groups if groups is not None else self._store.groups())
+        target = Path(path)
+        entities = [e for e in records[Kind.ENTITY] if isinstance(e, Entity)]
+        facts = [f for f in records[Kind.FACT] if isinstance(f, Fact)]
+        if format == "neo4j":
+            formats.write_neo4j(target, facts, entities)
+            return len(facts) + len(entities)
+        if not target.parent.is_dir():
+            raise ValidationError(f"cannot write {target}: directory {target.parent} does not exist")
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            if format == "graphml":
+                os.close(fd)
+                formats.write_graphml(Path(temporary), facts, entities)
+                count = len(facts) + len(entities)
+            else:
+                with os.fdopen(fd, "w", newline="", encoding="utf-8") as out:
+                    if format == "csv":
+                        formats.write_facts_csv(out, facts, entities)
+                        count = len(facts)
+                    else:
+                        header = {
+                            "embedder": self._embedder.name,
+                            "dim": self._embedder.dim,
+                            "groups": held,
+                            "exported_at": self._clock.now().isoformat(),
+                        }
+                        for line in formats.jsonl_lines(records, header):
+                            out.write(line + "\n")
+                        count = sum(len(v) for v in records.values())
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return count
+
+    def import_jsonl(self, path: str | Path) -> dict[str, int]:
+        """Add the groups of a ``jsonl`` export (:meth:`export`) to this memory, exactly as they were: every
+        record, timestamp and vector. All or nothing, in one write. Refused (nothing written) when the export was
+        made with another embedder, when one of its groups already holds records here (erase it first with
+        :meth:`delete_group`, or import into another memory), or when a line is not a tkg record (the error names
+        it). Returns the number of records imported per kind."""
+        source = Path(path)
+        with open(source, encoding="utf-8") as lines:
+            header, records = formats.read_jsonl(lines, str(source))
+        if header.get("embedder") != self._embedder.name or header.get("dim") != self._embedder.dim:
+            raise ConfigurationError(
+                f"{source} was exported with the embedder {header.get('embedder')!r} ({header.get('dim')}-d); this "
+                f"memory embeds with {self._embedder.name!r} ({self._embedder.dim}-d): import it into a memory with "
+                "that embedder"
+            )
+        groups = sorted({r.group_id for r in records})
+        with self._locks.write():
+            taken = sorted(set(groups) & self._store.groups())
+            if taken:
+                raise ValidationError(
+                    f"group(s) {taken} already hold records in this memory; erase them first (delete_group) or "
+                    "import into another memory"
+                )
+            if records:
+                self._store.write(WriteBatch(puts=records))
+        imported = {kind.value: 0 for kind in Kind}
+        for record in records:
+            imported[record.kind.value] += 1
+        log.info("imported %s: %d records in group(s) %s", source, len(records), groups)
+        return imported
+
+    def delete_group(self, group_id: str) -> dict[str, int]:
+        """Erase a whole group for good: its episodes, entities, facts, mentions, communities and memberships.
+        Everything else in tkg keeps history (facts end, they are not deleted); this does not, and is meant for
+        privacy requests ("forget this user"). Other groups are untouched. Returns the number of records erased
+        per kind (all zero for a group that holds nothing). A memory opened with :meth:`open` journals the
+        erasure, and its next compaction writes a snapshot without the group; copies of older snapshot files you
+        keep elsewhere still hold it."""
+        check_group_id(group_id)
+        groups = frozenset({group_id})
+        with self._locks.group(group_id, self._store), self._locks.write():
+            deletes = [(kind, record.id) for kind in Kind for record in self._store.scan(kind, groups)]
+            if deletes:
+                self._store.write(WriteBatch(deletes=deletes))
+            if self._communities is not None:
+                self._communities.forget(group_id)
+        erased = {kind.value: 0 for kind in Kind}
+        for kind, _ in deletes:
+            erased[kind.value] += 1
+        log.info("group %s erased: %s", group_id, ", ".join(f"{n} {kind}" for kind, n in erased.items() if n))
+        return erased
