@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tkg import HashEmbedder, Memory
 from tkg.demo import build_demo
@@ -104,3 +107,30 @@ def module_process(module: str, args: Sequence[str], port: int) -> Iterator[subp
             process.wait()
         if process.stderr:
             process.stderr.close()
+
+
+# -- headless Chromium ----------------------------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None and os.environ.get("TKG_REQUIRE_BROWSER") == "1":  # CI: a missing browser fails, never skips
+    raise RuntimeError("TKG_REQUIRE_BROWSER=1 but Chromium is not installed (Debian: apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium); CI installs it"
+)
+
+
+def load_in_chromium(page: Path | str, profile: Path) -> tuple[str, list[str]]:
+    """Load ``page`` (a file, or a URL on 127.0.0.1) headless, with every other host unreachable (what is shown
+    must work offline); return the DOM once the network is idle and the scripts ran, and every console line."""
+    assert CHROMIUM is not None
+    target = page.as_uri() if isinstance(page, Path) else page
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--virtual-time-budget=10000",
+        "--enable-logging=stderr", "--v=0", "--dump-dom", target,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    return done.stdout, console

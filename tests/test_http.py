@@ -20,7 +20,15 @@ from typing import Any, get_args
 
 import httpx
 import pytest
-from helpers_doors import BETA_MARKER, free_port, module_process, two_tenants, uvicorn_thread
+from helpers_doors import (
+    BETA_MARKER,
+    free_port,
+    load_in_chromium,
+    module_process,
+    needs_chromium,
+    two_tenants,
+    uvicorn_thread,
+)
 
 from tkg import (
     BackgroundIngestor,
@@ -837,3 +845,20 @@ def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     snapshot = tmp_path / "demo.tkg"
     assert main(["--demo", "--snapshot", str(snapshot), "--keys", str(none), "--embedder", "hash"]) == 2
     assert "key file" in capsys.readouterr().err and list(tmp_path.glob("demo.tkg*")) == []
+
+
+def test_docs_pages_load_nothing_from_elsewhere(service: Service) -> None:
+    for page in ("/docs", "/redoc"):
+        html = service.client.get(page).text
+        sources = re.findall(r"""(?:src|href)=["']([^"']+)""", html)
+        assert sources and all(s.startswith("/") for s in sources), sources  # the service's own files only
+        for source in sources:
+            assert service.client.get(source).status_code == 200, source
+
+
+@needs_chromium
+def test_docs_render_offline_in_headless_chromium(service: Service, tmp_path: Path) -> None:
+    """/docs draws the operations with every host but 127.0.0.1 unreachable (Swagger UI from a CDN would not)."""
+    dom, console = load_in_chromium(f"{service.base_url}/docs", tmp_path / "profile")
+    assert "/v1/facts/search" in dom and "opblock" in dom, dom[-2000:]
+    assert not [line for line in console if "Uncaught" in line], console

@@ -11,10 +11,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
 import tomllib
 from datetime import UTC, datetime, timedelta
@@ -24,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_doors import load_in_chromium, needs_chromium
 
 from tkg import FactInput, FixedClock, HashEmbedder, Memory, Ontology, RelationType
 from tkg.cli import main
@@ -520,27 +518,6 @@ def test_find_entity_by_id_name_alias_and_group() -> None:
 
 
 # -- headless Chromium ----------------------------------------------------------------------------------------------
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-if CHROMIUM is None and os.environ.get("TKG_REQUIRE_BROWSER") == "1":  # CI: a missing browser fails, never skips
-    raise RuntimeError("TKG_REQUIRE_BROWSER=1 but Chromium is not installed (Debian: apt-get install chromium)")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium); CI installs it"
-)
-
-
-def load_in_chromium(page: Path, profile: Path) -> tuple[str, list[str]]:
-    """Load ``page`` headless; return the DOM after its scripts ran, and every console line Chromium logged."""
-    assert CHROMIUM is not None
-    command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-        "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
-    return done.stdout, console
 
 
 @needs_chromium

@@ -95,6 +95,7 @@ DEFAULT_MAX_BODY_BYTES = 1_000_000
 def _require_http() -> None:
     try:
         import fastapi  # noqa: F401
+        import fastapi_offline  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
         raise ConfigurationError('the HTTP service needs the "http" extra: pip install "tkg[http]"') from None
@@ -218,12 +219,13 @@ def create_app(
     its queue. OpenAPI at ``/openapi.json``, docs at ``/docs``.
     """
     _require_http()
-    from fastapi import Depends, FastAPI, Request, Security
+    from fastapi import Depends, Request, Security
     from fastapi import Path as PathParam
     from fastapi import Query as QueryParam
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from fastapi.security import APIKeyHeader, HTTPBearer
+    from fastapi_offline import FastAPIOffline
     from starlette.exceptions import HTTPException
 
     from tkg import __version__
@@ -234,7 +236,9 @@ def create_app(
     if ingestor is not None and ingestor.memory is not memory:
         raise ConfigurationError("the background ingestor must work on the memory the service serves")
     base = ScopedMemory(memory, after_write=after_write, ingestor=ingestor)
-    app = FastAPI(
+    # /docs and /redoc with their scripts and styles served by the service itself, not from a CDN: they work
+    # offline, like everything else in tkg (fastapi-offline ships them).
+    app = FastAPIOffline(
         title=title,
         version=__version__,
         summary="A temporal knowledge-graph memory for agents, one API key per tenant.",
