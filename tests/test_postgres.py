@@ -85,6 +85,23 @@ def test_data_outlives_the_store(server: EmbeddedPostgres) -> None:
             PostgresStore(server.dsn, dim=DIM * 2, schema=schema)
 
 
+def test_a_schema_refuses_vectors_of_another_embedder_of_the_same_size(server: EmbeddedPostgres) -> None:
+    schema = new_postgres_schema()
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as first:
+        Memory(first, embedder=EMB, clock=FixedClock(NOW)).add_facts([FactInput("Ann", "KNOWS", "Bo")], group_id="g")
+    other = HashEmbedder(dim=DIM, trigrams=False)  # 32-d as well, other vectors
+    assert other.name != EMB.name
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as again:
+        with pytest.raises(ConfigurationError, match=f"embedder {EMB.name!r}"):
+            Memory(again, embedder=other)
+        memory = Memory(again, embedder=EMB)  # the embedder that wrote it still opens it
+        assert memory.get_all(["g"])
+        with pytest.raises(ConfigurationError):
+            memory.embedder = other  # nor can it be swapped in afterwards
+        assert memory.embedder is EMB
+    Memory(embedder=other).embedder = EMB  # an in-process store keeps no record: swapping is the caller's call
+
+
 # -- moving between backends ------------------------------------------------------------------------------------
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
 NAMES = st.text(alphabet=string.ascii_letters + " éß", min_size=1, max_size=12).filter(str.strip)

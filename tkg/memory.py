@@ -81,6 +81,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
             raise ConfigurationError(f"store must be a tkg.storage.Store, got {type(store).__name__}")
         if store.dim != embedder.dim:
             raise ConfigurationError(f"the store holds {store.dim}-d vectors but the embedder makes {embedder.dim}-d")
+        store.claim_embedder(embedder.name)
         self._store = store
         self._clock = clock or SystemClock()
         self._config = config or MemoryConfig()
@@ -129,6 +130,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
             raise ConfigurationError(
                 f"the store holds {self._store.dim}-d vectors but the embedder makes {embedder.dim}-d"
             )
+        self._store.claim_embedder(embedder.name)
         with self._locks.write():
             self._embedder = embedder
             self._ingestor.embedder = embedder

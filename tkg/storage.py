@@ -242,6 +242,13 @@ class Store(abc.ABC):
         self.load(records)
         return {}
 
+    def claim_embedder(self, name: str) -> None:
+        """Called by every :class:`tkg.Memory` over this store with its embedder's name. A store whose data
+        outlives the process records the first name and raises :class:`~tkg.errors.ConfigurationError` for
+        another, so that vectors of two embedders are never mixed (same size or not). The default does nothing:
+        a store that lives in one process, or one whose files record the embedder (the snapshot does)."""
+        return None
+
     def attach_journal(self, journal: Journal | None) -> None:
         """From now on, append every committed batch to ``journal`` before applying it (None: stop). Only a
         store that declares :attr:`journals`; others persist themselves."""

@@ -158,6 +158,26 @@ class Session(Store):
             found = self._sql[text] = render(text, self.schema)
         return found
 
+    def claim_embedder(self, name: str) -> None:
+        """Record the embedder that writes this schema's vectors (the first to claim it), and refuse another."""
+
+        def claim(cur: psycopg.Cursor[Any]) -> None:
+            cur.execute(
+                self._q("INSERT INTO {s}.meta (key, value) VALUES ('embedder', %s) ON CONFLICT (key) DO NOTHING"),
+                [name],
+            )
+
+        self._transaction(claim)
+        row = self._read(
+            lambda cur: cur.execute(self._q("SELECT value FROM {s}.meta WHERE key = 'embedder'")).fetchone()
+        )
+        recorded = row[0] if row else name
+        if recorded != name:
+            raise ConfigurationError(
+                f"the tkg schema {self.schema!r} at {describe(self._dsn)} holds vectors of the embedder {recorded!r}, "
+                f"not {name!r}: their similarities would mean nothing. Use that embedder, or another schema"
+            )
+
     def close(self) -> None:
         """Close the connections (the data stays in the database)."""
         with self._lock:
