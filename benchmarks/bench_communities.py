@@ -27,7 +27,6 @@ Results are printed as a table and written to ``benchmarks/out/communities.json`
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -313,19 +312,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"... {n:,} entities", file=sys.stderr, flush=True)
         results.append(bench_size(n, args))
     print_report(info, results, args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "bench": "communities",
         "command": render.command_line(),
         "machine": info,
-        "args": {k: v for k, v in vars(args).items() if k != "out"},
+        "args": render.plain_args(args, leave_out=["out"]),
         "started": started_at,
         "seconds": time.perf_counter() - started,
         **contract(results, args),
         "results": results,
     }
-    args.out.write_text(json.dumps(payload, indent=2, default=str))
-    print(f"\nwrote {args.out}")
+    render.write_result(args.out, payload)
     return 0
 
 

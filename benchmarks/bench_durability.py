@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench": "durability",
         "command": render.command_line(),
         "machine": core.machine(),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": render.plain_args(args),
         "started": began,
         "seconds": time.perf_counter() - started,
         "http": http,
@@ -332,9 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **summary(http, replay),
     }
     render.print_tables(payload)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2, default=str))
-    print(f"wrote {args.out}")
+    render.write_result(args.out, payload)
     return 0
 
 

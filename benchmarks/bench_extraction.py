@@ -308,15 +308,13 @@ def main(argv: list[str] | None = None) -> None:
         "bench": "extraction",
         "command": render.command_line(),
         "machine": info,
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": render.plain_args(args),
         "started": started_at,
         "seconds": time.perf_counter() - started,
         **contract(rows),
         "results": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2, default=str))
-    print(f"wrote {args.out}")
+    render.write_result(args.out, payload)
 
 
 if __name__ == "__main__":

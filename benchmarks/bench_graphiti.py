@@ -299,7 +299,8 @@ class TkgEngine:
 def _versions() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
-    out: dict[str, Any] = {"python": sys.version.split()[0], "executable": sys.executable}
+    # relative to the repository root (the suite's working directory): no machine's path in a committed result
+    out: dict[str, Any] = {"python": sys.version.split()[0], "executable": os.path.relpath(sys.executable)}
     for name in ("tkg", "graphiti-core", "kuzu", "numpy", "pydantic", "openai", "hnswlib", "bm25s"):
         try:
             out[name] = version(name)

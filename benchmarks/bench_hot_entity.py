@@ -19,7 +19,6 @@ Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -130,15 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "hot_entity",
         "command": render.command_line(),
         "machine": info,
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": render.plain_args(args),
         "started": started_at,
         "seconds": time.perf_counter() - started,
         **contract(rows),
         "results": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2, default=str))
-    print(f"wrote {args.out}")
+    render.write_result(args.out, payload)
     return 0
 
 

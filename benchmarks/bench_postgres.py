@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench": "postgres",
         "command": render.command_line(),
         "machine": info,
-        "args": vars(args),
+        "args": render.plain_args(args),
         "started": started_at,
         "seconds": time.perf_counter() - started,
         **contract(results, args),

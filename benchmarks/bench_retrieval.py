@@ -795,7 +795,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": command,
         "machine": machine,
         "started": started_at,
-        "args": vars(args),
+        "args": render.plain_args(args),
         "wall_s": time.perf_counter() - wall,
     }
     for ds, col in results:

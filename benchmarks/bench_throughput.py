@@ -556,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench": "throughput",
         "command": render.command_line(),
         "machine": info,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": render.plain_args(args),
         "started": started.isoformat(timespec="seconds"),
         "seconds": 0.0,
         "tables": tables,
@@ -568,9 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     render.print_tables(payload)
     payload["seconds"] = time.perf_counter() - t_start
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print(f"\nwrote {args.out} ({payload['seconds']:.1f} s in all)")
+    render.write_result(args.out, payload)
     return 0
 
 

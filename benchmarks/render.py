@@ -14,8 +14,10 @@ Benchmark scripts use :func:`command_line` for their ``command`` key and :func:`
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -65,6 +67,33 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     except ValueError:
         shown = str(script)
     return " ".join(["python", shlex.quote(shown), *(shlex.quote(a) for a in args[1:])])
+
+
+def portable(value: Any) -> Any:
+    """``value`` as it may be recorded in a committed result: sets and tuples as lists, and a path of this machine
+    (a :class:`~pathlib.Path`, or a string that is an absolute path) relative to the current directory, which is
+    the repository root when the suite runs, so no home directory or checkout location travels with a result."""
+    if isinstance(value, set | frozenset):
+        return sorted(portable(v) for v in value)
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    if isinstance(value, Path) or (isinstance(value, str) and os.path.isabs(value)):
+        path = Path(value)
+        return os.path.relpath(path, Path.cwd()) if path.is_absolute() else str(path)
+    return value
+
+
+def plain_args(args: argparse.Namespace, *, leave_out: Iterable[str] = ()) -> dict[str, Any]:
+    """A benchmark's parsed arguments for its result (:func:`portable` values; ``leave_out`` names dropped)."""
+    dropped = set(leave_out)
+    return {k: portable(v) for k, v in vars(args).items() if k not in dropped}
+
+
+def write_result(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write a benchmark's result JSON (creating its folder) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=str))
+    print(f"wrote {path}")
 
 
 def target(

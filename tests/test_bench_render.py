@@ -319,3 +319,16 @@ def test_data_folder_comes_from_the_argument_then_the_environment(
     assert shared_data.locomo_file() is None  # the folder is there, the file is not
     (there / shared_data.LOCOMO).write_text("[]")
     assert shared_data.locomo_file() == there / shared_data.LOCOMO
+
+
+def test_results_carry_no_path_of_this_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    monkeypatch.chdir(tmp_path)  # the suite runs from the repository root
+    args = argparse.Namespace(
+        out=tmp_path / "out" / "x.json", data=str(tmp_path.parent / "shared"), sizes={3, 1}, dsn="postgresql://h/db"
+    )
+    plain = render.plain_args(args, leave_out=["dsn"])
+    assert plain == {"out": "out/x.json", "data": "../shared", "sizes": [1, 3]}
+    render.write_result(tmp_path / "out" / "x.json", {"args": plain})
+    assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"args": plain}

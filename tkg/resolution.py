@@ -12,6 +12,7 @@ Pure functions over names and candidate entities; no store, no LLM. The passes, 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -49,6 +50,7 @@ class Verdict:
     reason: str = "new"
 
 
+@functools.lru_cache(maxsize=1 << 14)  # every candidate's forms are folded again for each name judged
 def fuzzy_form(name: str) -> str:
     """The normalised name without accents (:func:`tkg.names.fold_accents`) and with punctuation other than
     apostrophes removed; letters of every script stay.
