@@ -460,7 +460,7 @@ def test_demo_offline_with_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixt
     assert re.fullmatch(
         r"  now \(\d{4}-\d\d-\d\d\)   Alice works at Globex as a staff engineer \(2023-03-01 - present\)", now
     )
-    saved = f"saved {path} ({path.stat().st_size:,} bytes); try: tkg search Alice --snapshot {path} --embedder hash"
+    saved = f"saved {path} ({path.stat().st_size:,} bytes); try: tkg search Alice --store {path} --embedder hash"
     assert out.endswith(f"\n\n{saved} --as-of 2021-06-01\n")
     memory = Memory.load(path, embedder=HashEmbedder())
     assert memory.stats()["records"]["episode"] == 13

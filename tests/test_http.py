@@ -839,7 +839,8 @@ def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["--keys", str(keys), "--embedder", "hash"]) == 2
     assert capsys.readouterr() == (
         "",
-        "tkg-http: error: give --snapshot PATH (created on the first write if missing), or --demo\n",
+        "tkg-http: error: give --store (a snapshot path, created on the first write if missing, "
+        "or a postgresql:// DSN), or --demo\n",
     )
     # a demo snapshot is written only once the key file is read: a bad key file leaves no file behind
     snapshot = tmp_path / "demo.tkg"

@@ -41,7 +41,7 @@ DOORS = frozenset(
         "tkg.cli_output",
         "tkg.demo",
         "tkg.environment",
-        "tkg.snapshot_paths",
+        "tkg.locations",
         "tkg.serving",
         "tkg.wire_requests",
         "tkg.wire_shapes",

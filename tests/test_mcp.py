@@ -381,7 +381,10 @@ def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         return captured.err
 
     assert main(["--embedder", "hash"]) == 2
-    assert error() == "tkg-mcp: error: give --snapshot PATH (created on the first write if missing), or --demo\n"
+    assert error() == (
+        "tkg-mcp: error: give --store (a snapshot path, created on the first write if missing, "
+        "or a postgresql:// DSN), or --demo\n"
+    )
     existing = tmp_path / "there.tkg"
     existing.write_bytes(b"x")
     assert main(["--demo", "--snapshot", str(existing), "--embedder", "hash"]) == 2

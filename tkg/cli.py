@@ -1,7 +1,8 @@
-"""The ``tkg`` command line: ingest JSONL into a snapshot, search it, build context, show stats, draw pictures, run
-the demo.
+"""The ``tkg`` command line: ingest JSONL into a memory, search it, build context, show stats, draw pictures, export
+and import, run the demo.
 
-Every subcommand works on a snapshot file (``--snapshot``). Embedders and the optional LLM are configured by
+Every subcommand works on a memory given by ``--store``: a snapshot file, or a PostgreSQL DSN (see
+:mod:`tkg.locations`). Embedders and the optional LLM are configured by
 ``--embedder`` and by environment variables, which are read when a command runs (never at import; see
 :mod:`tkg.environment`).
 
@@ -19,15 +20,16 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tkg import pictures, snapshot
+from tkg import pictures
 from tkg.cli_input import KINDS, cli_time, ingest, parse_jsonl, read_input, record_counts
 from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural
 from tkg.config import MemoryConfig
-from tkg.demo import DEMO_PAST, show_demo
+from tkg.demo import DEMO_GROUP, DEMO_PAST, show_demo
 from tkg.environment import (
     add_log_option,
     add_model_options,
@@ -38,9 +40,9 @@ from tkg.environment import (
 )
 from tkg.errors import TkgError, ValidationError
 from tkg.export import FORMATS
+from tkg.locations import Location, add_store_options, check_target, location_of, opened, opened_read_only, stored_meta
 from tkg.memory import Memory
-from tkg.models import Entity, Episode, Fact, Kind
-from tkg.snapshot_paths import check_target, open_for_pictures, open_memory, require_snapshot
+from tkg.models import Entity, Fact, Kind
 from tkg.wire_shapes import results_json
 
 __all__ = ["build_parser", "main"]
@@ -60,25 +62,37 @@ def _search_args(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _where(args: argparse.Namespace) -> Location:
+    location = location_of(args)
+    assert location is not None  # --store is required by every command that calls this
+    return location
+
+
+def _saved(memory: Memory, location: Location) -> str:
+    """Fold a snapshot's journal into it (a database has nothing to save); says where the memory is."""
+    if location.path is None:
+        return f"in {location}"
+    size = memory.save(location.path)  # its own file: the journal folded into the snapshot
+    return f"{location.path} ({size:,} bytes)"
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     """``tkg ingest``: validate the whole file, then add it and save the snapshot."""
     path = Path(args.file)
     items = parse_jsonl(str(path), read_input(path), args.kind)
-    check_target(Path(args.snapshot))
+    location = _where(args)
+    check_target(location)
     llm = None if args.no_llm else llm_from_env()
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), llm, create=True, durable=True)
-    try:
+    with opened(location, make_embedder(args.embedder), llm, create=True, durable=True) as memory:
         report = ingest(memory, items, name=str(path), group=args.group)
-        size = memory.save(args.snapshot)  # its own file: the journal folded into the snapshot
-    finally:
-        memory.close()
+        where, totals = _saved(memory, location), record_counts(memory)
     for warning in report.warnings:
         note(warning)
     print(f"read {path}: {plural(report.messages, 'message')}, {plural(report.facts, 'fact')}")
     print(f"added {count_line(report.added)}; LLM calls: {report.llm_calls}")
     if report.messages and llm is None:
         note("no LLM configured: messages were stored as episodes; set TKG_LLM_BASE_URL to extract facts")
-    print(f"saved {args.snapshot} ({size:,} bytes): {count_line(record_counts(memory))} in total")
+    print(f"saved {where}: {count_line(totals)} in total")
     return 0
 
 
@@ -88,8 +102,8 @@ TYPO_GUARD = MemoryConfig(strict_groups=True)
 
 def cmd_search(args: argparse.Namespace) -> int:
     """``tkg search``: hybrid search with the time filters, as text or ``--json``."""
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), config=TYPO_GUARD)
-    results = memory.search(args.query, **_search_args(args))
+    with opened(_where(args), make_embedder(args.embedder), config=TYPO_GUARD) as memory:
+        results = memory.search(args.query, **_search_args(args))
     if args.json:
         print(json.dumps(results_json(memory, results), ensure_ascii=False, indent=2))
     else:
@@ -99,8 +113,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_context(args: argparse.Namespace) -> int:
     """``tkg context``: the context string an agent would put in its prompt."""
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), config=TYPO_GUARD)
-    text = memory.context(args.query, max_chars=args.max_chars, include_episodes=args.episodes, **_search_args(args))
+    with opened(_where(args), make_embedder(args.embedder), config=TYPO_GUARD) as memory:
+        text = memory.context(
+            args.query, max_chars=args.max_chars, include_episodes=args.episodes, **_search_args(args)
+        )
     if text:
         print(text)
     else:
@@ -110,52 +126,52 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``tkg export``: write a memory for other tools, or losslessly for ``tkg import``."""
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), config=TYPO_GUARD)
-    unknown = sorted(set(args.group or ()) - set(memory.groups()))
-    if unknown:
-        raise ValidationError(f"group(s) {unknown} hold nothing in {args.snapshot}")
-    count = memory.export(args.out, args.format, args.group)
+    location = _where(args)
+    with opened(location, make_embedder(args.embedder), config=TYPO_GUARD) as memory:
+        unknown = sorted(set(args.group or ()) - set(memory.groups()))
+        if unknown:
+            raise ValidationError(f"group(s) {unknown} hold nothing in {location}")
+        count = memory.export(args.out, args.format, args.group)
     print(f"wrote {args.out} ({args.format}): {count:,} records")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``tkg import``: add the groups of a ``tkg export`` JSONL file to a snapshot, exactly as they were."""
-    check_target(Path(args.snapshot))
-    memory = open_memory(Path(args.snapshot), make_embedder(args.embedder), create=True, durable=True)
-    try:
+    location = _where(args)
+    check_target(location)
+    with opened(location, make_embedder(args.embedder), create=True, durable=True) as memory:
         imported = memory.import_jsonl(args.file)
-        size = memory.save(args.snapshot)
-    finally:
-        memory.close()
+        where, totals = _saved(memory, location), record_counts(memory)
     print(f"imported {args.file}: {count_line(imported)}")
-    print(f"saved {args.snapshot} ({size:,} bytes): {count_line(record_counts(memory))} in total")
+    print(f"saved {where}: {count_line(totals)} in total")
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """``tkg stats``: what a snapshot holds. Reads the file directly, so any embedder's snapshot works."""
-    path = Path(args.snapshot)
-    require_snapshot(path)
-    meta, records = snapshot.read(path)
-    counts = dict.fromkeys(Kind, 0)
-    groups: set[str] = set()
+    """``tkg stats``: what a memory holds. Embeds nothing, so a memory of any embedder opens."""
+    location = _where(args)
     now, ended = datetime.now(UTC), 0
-    for record in records:
-        counts[record.kind] += 1
-        if isinstance(record, Episode | Entity | Fact):
-            groups.add(record.group_id)
-        if isinstance(record, Fact) and (
-            record.expired_at is not None or (record.invalid_at is not None and record.invalid_at <= now)
-        ):
-            ended += 1
+    with opened_read_only(location) as memory:
+        meta = stored_meta(location) or {}
+        counts = memory.stats()["records"]
+        groups = memory.groups()
+        for fact in memory.records(Kind.FACT):
+            assert isinstance(fact, Fact)
+            if fact.expired_at is not None or (fact.invalid_at is not None and fact.invalid_at <= now):
+                ended += 1
     stored = str(meta.get("embedder", "?"))
-    print(f"snapshot     {path} ({path.stat().st_size:,} bytes, saved {meta.get('saved_at', '?')})")
+    if location.path is not None:
+        print(
+            f"snapshot     {location.path} ({location.path.stat().st_size:,} bytes, saved {meta.get('saved_at', '?')})"
+        )
+    else:
+        print(f"store        {location}")
     print(f"embedder     {stored} ({meta.get('dim', '?')}-d; --embedder {embedder_choice(stored)})")
-    print(f"groups       {', '.join(sorted(groups)) or '-'}")
+    print(f"groups       {', '.join(groups) or '-'}")
     for kind in Kind:
-        detail = f"  ({counts[kind] - ended} current, {ended} ended)" if kind is Kind.FACT else ""
-        print(f"{PLURALS[kind.value]:<12} {counts[kind]}{detail}")
+        detail = f"  ({counts[kind.value] - ended} current, {ended} ended)" if kind is Kind.FACT else ""
+        print(f"{PLURALS[kind.value]:<12} {counts[kind.value]}{detail}")
     return 0
 
 
@@ -163,19 +179,29 @@ def cmd_stats(args: argparse.Namespace) -> int:
 # pictures
 
 
-def _picture_subject(args: argparse.Namespace) -> tuple[Memory, Entity, datetime | None, datetime | None]:
-    """What ``tkg timeline`` and ``tkg graph`` draw: the snapshot's memory, the named entity, and the view times."""
+def _picture_subject(
+    args: argparse.Namespace, stack: ExitStack
+) -> tuple[Memory, Entity, datetime | None, datetime | None]:
+    """What ``tkg timeline`` and ``tkg graph`` draw: the memory (open until ``stack`` closes), the named entity, and
+    the view times."""
     as_of, known_at = cli_time(args.as_of, "--as-of"), cli_time(args.known_at, "--known-at")
-    memory = open_for_pictures(Path(args.snapshot))
+    memory = stack.enter_context(opened_read_only(_where(args)))
     return memory, pictures.find_entity(memory, args.entity, group_ids=args.group), as_of, known_at
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     """``tkg timeline``: draw an entity's fact timeline as PNG or SVG."""
-    memory, entity, as_of, known_at = _picture_subject(args)
-    result = pictures.render_timeline(
-        memory, entity.id, Path(args.out), format=args.format, as_of=as_of, known_at=known_at, max_facts=args.max_facts
-    )
+    with ExitStack() as stack:
+        memory, entity, as_of, known_at = _picture_subject(args, stack)
+        result = pictures.render_timeline(
+            memory,
+            entity.id,
+            Path(args.out),
+            format=args.format,
+            as_of=as_of,
+            known_at=known_at,
+            max_facts=args.max_facts,
+        )
     layout = result.layout
     left_out = f" ({layout.omitted} older left out; raise --max-facts)" if layout.omitted else ""
     print(
@@ -187,10 +213,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """``tkg graph``: write an entity's neighbourhood as a self-contained HTML page."""
-    memory, entity, as_of, known_at = _picture_subject(args)
-    result = pictures.render_neighbourhood(
-        memory, entity.id, Path(args.out), depth=args.depth, as_of=as_of, known_at=known_at, limit=args.limit
-    )
+    with ExitStack() as stack:
+        memory, entity, as_of, known_at = _picture_subject(args, stack)
+        result = pictures.render_neighbourhood(
+            memory, entity.id, Path(args.out), depth=args.depth, as_of=as_of, known_at=known_at, limit=args.limit
+        )
     layout = result.layout
     left_out = (
         f"; left out {layout.omitted_nodes} entities, {layout.omitted_edges} facts"
@@ -211,20 +238,33 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``tkg demo``: build a small memory from the bundled example and show search, context and time travel."""
-    target = Path(args.snapshot) if args.snapshot else None
-    if target is not None and target.exists():
+    location = location_of(args)
+    if location is not None and location.path is not None and location.path.exists():
         raise ValidationError(
-            f"{target} already exists; the demo writes a new snapshot: remove it or pick another path"
+            f"{location.path} already exists; the demo writes a new snapshot: remove it or pick another path"
         )
-    if target is not None:
-        check_target(target)
+    if location is not None:
+        check_target(location)
     llm = None if args.no_llm else llm_from_env()
-    memory = Memory(embedder=make_embedder(args.embedder), llm=llm)
-    show_demo(memory, llm)
-    if target is not None:
-        size = memory.save(target)
-        flag = "" if args.embedder == "auto" else f" --embedder {args.embedder}"
-        print(f"\nsaved {target} ({size:,} bytes); try: tkg search Alice --snapshot {target}{flag} --as-of {DEMO_PAST}")
+    embedder = make_embedder(args.embedder)
+    flag = "" if args.embedder == "auto" else f" --embedder {args.embedder}"
+    if location is None:
+        show_demo(Memory(embedder=embedder, llm=llm), llm)
+    elif location.path is not None:
+        memory = Memory(embedder=embedder, llm=llm)
+        show_demo(memory, llm)
+        size = memory.save(location.path)
+        print(
+            f"\nsaved {location.path} ({size:,} bytes); try: tkg search Alice --store {location.path}{flag} "
+            f"--as-of {DEMO_PAST}"
+        )
+    else:
+        with opened(location, embedder, llm, create=True) as memory:
+            if DEMO_GROUP in memory.groups():
+                raise ValidationError(f"{location} already holds the group {DEMO_GROUP!r}; use another --schema")
+            show_demo(memory, llm)
+        schema = "" if location.schema == "tkg" else f" --schema {location.schema}"
+        print(f"\nsaved in {location}; try: tkg search Alice --store DSN{schema}{flag} --as-of {DEMO_PAST}")
     return 0
 
 
@@ -237,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     add_model_options(common)
     filters = argparse.ArgumentParser(add_help=False)
-    filters.add_argument("--snapshot", required=True, help="snapshot file to read")
+    add_store_options(filters, "memory to read")
     filters.add_argument("--group", action="append", help="search only this group (repeatable); default: all")
     filters.add_argument("--limit", type=int, help="results per kind (default 10)")
     filters.add_argument("--as-of", help="what held in the world at this time (ISO-8601; no offset means UTC)")
@@ -250,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest_p = _command(commands, "ingest", cmd_ingest, "add messages and facts from a JSONL file", [common])
     ingest_p.add_argument("file", metavar="FILE", help="JSONL: message lines and/or fact lines")
-    ingest_p.add_argument("--snapshot", required=True, help="snapshot to update (created if missing)")
+    add_store_options(ingest_p, "memory to add to (created if missing)")
     ingest_p.add_argument("--kind", choices=KINDS, default="auto", help="what the lines are (auto: decide per line)")
     ingest_p.add_argument("--group", help="group (tenant) to add to; default: 'default'")
 
@@ -276,21 +316,21 @@ def build_parser() -> argparse.ArgumentParser:
         "write a memory out (jsonl: lossless; csv, graphml, neo4j: for other tools)",
         [common],
     )
-    export_p.add_argument("--snapshot", required=True, help="snapshot file to read")
+    add_store_options(export_p, "memory to read")
     export_p.add_argument("--format", choices=FORMATS, default="jsonl", help="default jsonl (see the README)")
     export_p.add_argument("--out", required=True, help="file to write (neo4j: a folder)")
     export_p.add_argument("--group", action="append", help="export only this group (repeatable); default: all")
 
     import_p = _command(commands, "import", cmd_import, "add the groups of a 'tkg export' JSONL file", [common])
     import_p.add_argument("file", metavar="FILE", help="a file written by 'tkg export --format jsonl'")
-    import_p.add_argument("--snapshot", required=True, help="snapshot to add to (created if missing)")
+    add_store_options(import_p, "memory to add to (created if missing)")
 
-    stats_p = _command(commands, "stats", cmd_stats, "what a snapshot holds", [common])
-    stats_p.add_argument("--snapshot", required=True, help="snapshot file to read")
+    stats_p = _command(commands, "stats", cmd_stats, "what a memory holds", [common])
+    add_store_options(stats_p, "memory to read (any embedder's)")
 
     pictures_common = argparse.ArgumentParser(add_help=False)
     pictures_common.add_argument("entity", metavar="ENTITY", help="entity id, or its exact name or alias")
-    pictures_common.add_argument("--snapshot", required=True, help="snapshot file to read (any embedder's)")
+    add_store_options(pictures_common, "memory to read (any embedder's)")
     pictures_common.add_argument("--group", action="append", help="look for ENTITY only in this group (repeatable)")
     pictures_common.add_argument("--known-at", help="the memory as it stood at this time (ISO-8601; no offset: UTC)")
     timeline_p = _command(
@@ -309,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph_p.add_argument("--limit", type=int, default=100, help="entities drawn at most, nearest first (default 100)")
 
     demo_p = _command(commands, "demo", cmd_demo, "build a small example memory and query it (offline)", [common])
-    demo_p.add_argument("--snapshot", help="also save the demo memory here (a new file)")
+    add_store_options(demo_p, "also save the demo memory here (a new snapshot file, or a schema)", required=False)
     return parser
 
 

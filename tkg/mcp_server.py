@@ -7,8 +7,8 @@ both doors accept and return the same shapes.
 Run it::
 
     python -m tkg.mcp_server --demo                                # the offline demo memory, stdio
-    python -m tkg.mcp_server --snapshot memory.tkg --group user-42  # every write journalled beside the snapshot
-    python -m tkg.mcp_server --snapshot memory.tkg --transport http --port 8765   # streamable HTTP on /mcp
+    python -m tkg.mcp_server --store memory.tkg --group user-42  # every write journalled beside the snapshot
+    python -m tkg.mcp_server --store memory.tkg --transport http --port 8765   # streamable HTTP on /mcp
 
 or build one around your own memory::
 

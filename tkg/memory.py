@@ -72,6 +72,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         clock: Clock | None = None,
         config: MemoryConfig | None = None,
         ontology: Ontology | None = None,
+        check_embedder: bool = True,
     ) -> None:
         if store is None:
             from tkg.backends.memory import InMemoryStore
@@ -81,7 +82,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
             raise ConfigurationError(f"store must be a tkg.storage.Store, got {type(store).__name__}")
         if store.dim != embedder.dim:
             raise ConfigurationError(f"the store holds {store.dim}-d vectors but the embedder makes {embedder.dim}-d")
-        store.claim_embedder(embedder.name)
+        if check_embedder:
+            store.claim_embedder(embedder.name)
         self._store = store
         self._clock = clock or SystemClock()
         self._config = config or MemoryConfig()

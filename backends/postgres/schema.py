@@ -18,6 +18,8 @@ from psycopg import sql
 from tkg.errors import BackendError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
 
+from .connection import connect, describe
+
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
 SCHEMA_VERSION = 2
 
@@ -242,4 +244,20 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str, dim: int, text_con
                 [str(SCHEMA_VERSION)],
             )
         rows = conn.execute(render("SELECT key, value FROM {s}.meta", schema)).fetchall()
+    return {str(k): str(v) for k, v in rows}
+
+
+def stored_settings(dsn: str, schema: str = "tkg", *, connect_timeout: int = 10) -> dict[str, str] | None:
+    """What the tkg schema ``schema`` at ``dsn`` records (``dim``, ``text_config``, ``schema_version`` and, once a
+    memory has written, ``embedder``), or None when the database holds no tkg schema by that name. Creates and
+    changes nothing: this is how a tool learns which embedder to open a memory with."""
+    conn = connect(dsn, connect_timeout=connect_timeout)
+    try:
+        if read_version(conn, schema) == 0:
+            return None
+        rows = conn.execute(render("SELECT key, value FROM {s}.meta", schema)).fetchall()
+    except psycopg.Error as exc:
+        raise BackendError(f"cannot read the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None
+    finally:
+        conn.close()
     return {str(k): str(v) for k, v in rows}
