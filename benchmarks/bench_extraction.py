@@ -82,14 +82,11 @@ def scripted_conversation(n: int, seed: int = 7) -> list[tuple[str, datetime]]:
 
 def locomo_conversation(path: Path, limit: int | None) -> list[tuple[str, datetime]]:
     data = json.loads(path.read_text())
-    conv = data[0]["conversation"]
-    out: list[tuple[str, datetime]] = []
-    n = 1
-    while f"session_{n}" in conv:
-        when = datetime.strptime(conv[f"session_{n}_date_time"], "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
-        for j, turn in enumerate(conv[f"session_{n}"]):
-            out.append((f"{turn['speaker']}: {turn['text']}", when + timedelta(seconds=30 * j)))
-        n += 1
+    out = [
+        (shared_data.turn_line(turn, captions=False), when + timedelta(seconds=30 * j))
+        for _, when, turns in shared_data.locomo_sessions(data[0])
+        for j, turn in enumerate(turns)
+    ]
     return out[:limit] if limit else out
 
 

@@ -92,22 +92,14 @@ class Turn:
     conversation: str
 
 
-def _session_time(text: str) -> datetime:
-    return datetime.strptime(text, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
-
-
 def conversation_turns(record: dict[str, Any]) -> list[tuple[str, datetime, str]]:
     """(``"Speaker: text"``, time, dialogue id) per turn of one LoCoMo conversation, 30 s apart in a session."""
-    conv = record["conversation"]
     out = []
-    n = 1
-    while f"session_{n}" in conv:
-        when = _session_time(conv[f"session_{n}_date_time"])
-        for j, turn in enumerate(conv[f"session_{n}"]):
+    for _, when, turns in shared_data.locomo_sessions(record):
+        for j, turn in enumerate(turns):
             text = " ".join(str(turn.get("text", "")).split())
             if text:
                 out.append((f"{turn['speaker']}: {text}", when + timedelta(seconds=30 * j), str(turn.get("dia_id"))))
-        n += 1
     return out
 
 

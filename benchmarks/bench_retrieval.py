@@ -154,20 +154,13 @@ def load_locomo(root: Path, limit: int | None) -> Dataset:
     questions: list[Question] = []
     skipped_cat5 = skipped_empty = 0
     for record in records:
-        conv = record["conversation"]
         turns: list[Turn] = []
-        numbers = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k))
         last = datetime.min.replace(tzinfo=UTC)
-        for n in numbers:
-            when = datetime.strptime(conv[f"session_{n}_date_time"].upper(), "%I:%M %p ON %d %B, %Y").replace(
-                tzinfo=UTC
-            )
+        for n, when, session in shared_data.locomo_sessions(record):
             last = max(last, when)
-            for turn in conv[f"session_{n}"]:
-                text = f"{turn['speaker']}: {turn['text']}"
-                if turn.get("blip_caption"):
-                    text += f" [shares image: {turn['blip_caption']}]"
-                turns.append(Turn(turn["dia_id"], f"D{n}", turn["speaker"], text, when))
+            turns.extend(
+                Turn(turn["dia_id"], f"D{n}", turn["speaker"], shared_data.turn_line(turn), when) for turn in session
+            )
         known = {t.id for t in turns}
         for i, qa in enumerate(record["qa"]):
             if qa.get("category") not in _LOCOMO_CATEGORY:

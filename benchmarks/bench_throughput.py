@@ -66,22 +66,14 @@ CLOCK_START = datetime(2025, 1, 1, tzinfo=UTC)
 def locomo_turns(path: Path) -> list[list[tuple[str, datetime]]]:
     """Every conversation of the LoCoMo file as ordered ``("Speaker: text", time)`` turns. Turns of a session
     share its date; each gets 30 s more than the previous so that times are distinct and ordered."""
-    data = json.loads(path.read_text())
-    conversations = []
-    for record in data:
-        conv = record["conversation"]
-        turns: list[tuple[str, datetime]] = []
-        n = 1
-        while f"session_{n}" in conv:  # iterate sessions, not the (partly orphan) _date_time keys
-            when = datetime.strptime(conv[f"session_{n}_date_time"], "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
-            for j, turn in enumerate(conv[f"session_{n}"]):
-                text = f"{turn['speaker']}: {turn['text']}"
-                if turn.get("blip_caption"):  # as in the LoCoMo paper: images become their captions
-                    text += f" [shares image: {turn['blip_caption']}]"
-                turns.append((text, when + timedelta(seconds=30 * j)))
-            n += 1
-        conversations.append(turns)
-    return conversations
+    return [
+        [
+            (shared_data.turn_line(turn), when + timedelta(seconds=30 * j))
+            for _, when, turns in shared_data.locomo_sessions(record)
+            for j, turn in enumerate(turns)
+        ]
+        for record in json.loads(path.read_text())
+    ]
 
 
 def synthetic_turns(groups: int, per_group: int) -> list[list[tuple[str, datetime]]]:

@@ -8,7 +8,10 @@ not there says so and is skipped by ``run.py``; it never falls back to invented 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ENV = "TKG_BENCH_DATA"
 BESIDE_CHECKOUT = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -40,3 +43,29 @@ def locomo_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
 
 def missing_message(what: str = "the LoCoMo dev split") -> str:
     return f"{what} not found: pass --data DIR or set {ENV} to the folder holding locomo/ (default {BESIDE_CHECKOUT})"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# LoCoMo's structure (one reader for every benchmark and the converter)
+
+
+def session_time(text: str) -> datetime:
+    """A LoCoMo session date ("1:56 pm on 8 May, 2023") as a UTC datetime."""
+    return datetime.strptime(text.upper(), "%I:%M %p ON %d %B, %Y").replace(tzinfo=UTC)
+
+
+def locomo_sessions(record: Mapping[str, Any]) -> Iterator[tuple[int, datetime, list[dict[str, Any]]]]:
+    """The sessions of one LoCoMo conversation in order: number, date, and turns as the file has them."""
+    conv = record["conversation"]
+    n = 1
+    while f"session_{n}" in conv:  # sessions, not the (partly orphan) _date_time keys
+        yield n, session_time(conv[f"session_{n}_date_time"]), conv[f"session_{n}"]
+        n += 1
+
+
+def turn_line(turn: Mapping[str, Any], *, captions: bool = True) -> str:
+    """``"Speaker: text"``; with ``captions``, a shared image as its caption, as in the LoCoMo paper."""
+    text = f"{turn['speaker']}: {turn['text']}"
+    if captions and turn.get("blip_caption"):
+        text += f" [shares image: {turn['blip_caption']}]"
+    return text

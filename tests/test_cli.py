@@ -374,16 +374,28 @@ def test_no_llm_flag_ignores_the_environment(
     assert llm_server.requests == []
 
 
-def test_a_failing_llm_names_the_line_and_saves_nothing(
+def test_a_failing_llm_is_listed_by_line_and_a_rerun_retries_it(
     llm_server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    llm_server.fail_next(5, status=400, message="model not loaded")
+    """An extraction that fails for good leaves its episode stored as failed and the rest of the file added; the
+    run lists it with the reason and exits 1; the same command again retries only it."""
+    llm_server.fail_next(1, status=400, message="model not loaded")  # a 400 is not retried
     path, messages = tmp_path / "m.tkg", write_jsonl(tmp_path / "in.jsonl", [FACTS[0], MESSAGES[0]])
-    code, _, err = run(capsys, "ingest", str(messages), "--snapshot", str(path), "--embedder", "hash")
-    assert code == 2
-    assert err.startswith(f"tkg: error: {messages}:2: extraction of episode") and "model not loaded" in err
-    assert "LLM call 'extract_graph'" in err
-    assert not path.exists()
+    code, out, err = run(capsys, "ingest", str(messages), "--store", str(path), "--embedder", "hash")
+    assert code == 1
+    assert f"tkg: note: failed: {messages}:2: " in err and "model not loaded" in err
+    assert f"1 episode failed and is stored as failed; run `tkg ingest {messages} --store {path} ...` again" in err
+    assert "added 2 episodes, 2 entities, 1 fact; LLM calls: 1" in out  # the call that failed
+    memory = Memory.load(path, embedder=HashEmbedder())
+    assert sorted(e.status.value for e in memory.episodes()) == ["extracted", "failed"]
+
+    code, out, err = run(capsys, "ingest", str(messages), "--store", str(path), "--embedder", "hash")
+    assert (code, err) == (0, ""), err
+    assert "skipped 1 line already in the memory (an earlier run)" in out
+    assert "LLM calls: 1" in out
+    memory = Memory.load(path, embedder=HashEmbedder())
+    assert sorted(e.status.value for e in memory.episodes()) == ["extracted", "extracted"]
+    assert any(f.fact == "Alice owns a dog named Pixel" for f in memory.records("fact"))
 
 
 def test_ingest_into_a_missing_directory_fails_before_any_work(

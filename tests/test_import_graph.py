@@ -37,6 +37,7 @@ LAZY_CYCLES: Mapping[tuple[str, str], str] = {
 DOORS = frozenset(
     {
         "tkg.cli",
+        "tkg.cli_ingest",
         "tkg.cli_input",
         "tkg.cli_output",
         "tkg.demo",

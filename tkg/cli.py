@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -26,8 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from tkg import pictures
-from tkg.cli_input import KINDS, cli_time, ingest, parse_jsonl, read_input, record_counts
-from tkg.cli_output import EXIT_ERROR, PLURALS, count_line, error, format_results, note, plural
+from tkg.cli_ingest import ingest, lines_of, record_counts
+from tkg.cli_input import KINDS, MessageLine, cli_time, parse_jsonl, read_input
+from tkg.cli_output import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    PLURALS,
+    count_line,
+    error,
+    format_results,
+    interruptible,
+    note,
+    plural,
+    progress_bar,
+)
 from tkg.config import MemoryConfig
 from tkg.demo import DEMO_GROUP, DEMO_PAST, show_demo
 from tkg.environment import (
@@ -40,6 +54,7 @@ from tkg.environment import (
 )
 from tkg.errors import TkgError, ValidationError
 from tkg.export import FORMATS
+from tkg.llm.guard import LLMPolicy
 from tkg.locations import Location, add_store_options, check_target, location_of, opened, opened_read_only, stored_meta
 from tkg.memory import Memory
 from tkg.models import Entity, Fact, Kind
@@ -77,22 +92,58 @@ def _saved(memory: Memory, location: Location) -> str:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """``tkg ingest``: validate the whole file, then add it and save the snapshot."""
+    """``tkg ingest``: validate the whole file, then add what an earlier run did not, with progress; Ctrl-C stops
+    after the episodes in flight and keeps everything done (a re-run resumes)."""
     path = Path(args.file)
     items = parse_jsonl(str(path), read_input(path), args.kind)
     location = _where(args)
     check_target(location)
+    if args.concurrency < 1:
+        raise ValidationError(f"--concurrency must be at least 1, got {args.concurrency}")
     llm = None if args.no_llm else llm_from_env()
-    with opened(location, make_embedder(args.embedder), llm, create=True, durable=True) as memory:
-        report = ingest(memory, items, name=str(path), group=args.group)
+    config = MemoryConfig(llm_policy=LLMPolicy(max_concurrency=args.concurrency))
+    total = sum(lines_of(item) for item in items)
+    with opened(location, make_embedder(args.embedder), llm, create=True, durable=True, config=config) as memory:
+        with progress_bar(total, "ingest", enabled=args.progress) as bar:
+            stop = threading.Event()
+            report = interruptible(
+                lambda: ingest(
+                    memory,
+                    items,
+                    name=str(path),
+                    group=args.group,
+                    chunk=4 * args.concurrency,
+                    progress=bar.update,
+                    stop=stop,
+                ),
+                stop,
+            )
         where, totals = _saved(memory, location), record_counts(memory)
     for warning in report.warnings:
         note(warning)
-    print(f"read {path}: {plural(report.messages, 'message')}, {plural(report.facts, 'fact')}")
+    messages = sum(isinstance(item, MessageLine) for item in items)
+    print(f"read {path}: {plural(messages, 'message')}, {plural(total - messages, 'fact')}")
+    if report.skipped:
+        print(f"skipped {plural(report.skipped, 'line')} already in the memory (an earlier run)")
     print(f"added {count_line(report.added)}; LLM calls: {report.llm_calls}")
     if report.messages and llm is None:
         note("no LLM configured: messages were stored as episodes; set TKG_LLM_BASE_URL to extract facts")
     print(f"saved {where}: {count_line(totals)} in total")
+    command = f"tkg ingest {path} --store {args.store if location.path is not None else 'DSN'}"
+    if report.stopped:
+        note(
+            f"stopped: {report.done:,} of {plural(report.total, 'line')} done and saved; run `{command} ...` "
+            "again to resume (done lines are skipped)"
+        )
+        return EXIT_INTERRUPTED
+    if report.failures:
+        for failure in report.failures:
+            note(f"failed: {failure.where}: {failure.reason}")
+        note(
+            f"{plural(len(report.failures), 'episode')} failed and {'is' if len(report.failures) == 1 else 'are'} "
+            f"stored as failed; run `{command} ...` again to retry them"
+        )
+        return EXIT_FAILED
     return 0
 
 
@@ -272,6 +323,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # argument parsing and the entry point
 
 
+#: The input format of ``tkg ingest`` (its ``--help`` epilog; the README says the same).
+INGEST_FORMAT = """\
+input: one JSON object per line (UTF-8; blank lines skipped). The whole file is checked before anything is added.
+  message line: {"content": "Alice: I moved to Paris."}  or  {"speaker": "Alice", "text": "I moved to Paris."}
+      optional: "reference_time" (ISO-8601, what relative dates mean; default now), "source" (message, text,
+      json: content may then be any JSON value), "source_description", "name", "id" (the episode's id)
+  fact line: {"subject": "Alice", "relation": "LIVES_IN", "object": "Paris"}
+      optional: "fact" (the sentence), "valid_at", "invalid_at" (ISO-8601), "subject_label", "object_label"
+  Consecutive fact lines are added together as one JSON episode, with no LLM.
+
+resuming: each line's episode id comes from the line itself (or its "id"), so running the same command again
+skips what is already in the memory and retries what failed. Ctrl-C stops after the episodes in flight and
+saves what is done. Exit status: 0 done, 1 some episodes failed (listed; stored as failed), 2 bad input,
+130 stopped.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tkg`` argument parser with its subcommands."""
     common = argparse.ArgumentParser(add_help=False)
@@ -288,11 +356,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ingest_p = _command(commands, "ingest", cmd_ingest, "add messages and facts from a JSONL file", [common])
-    ingest_p.add_argument("file", metavar="FILE", help="JSONL: message lines and/or fact lines")
+    ingest_p = _command(
+        commands, "ingest", cmd_ingest, "add messages and facts from a JSONL file", [common], epilog=INGEST_FORMAT
+    )
+    ingest_p.add_argument("file", metavar="FILE", help="JSONL: message lines and/or fact lines (see below)")
     add_store_options(ingest_p, "memory to add to (created if missing)")
     ingest_p.add_argument("--kind", choices=KINDS, default="auto", help="what the lines are (auto: decide per line)")
     ingest_p.add_argument("--group", help="group (tenant) to add to; default: 'default'")
+    ingest_p.add_argument(
+        "--concurrency", type=int, default=LLMPolicy().max_concurrency, help="LLM calls at once (default %(default)s)"
+    )
+    shown = ingest_p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--progress", action="store_true", default=None, help="show a progress bar (default: when stderr is a terminal)"
+    )
+    shown.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar")
 
     search_p = _command(
         commands, "search", cmd_search, "hybrid search over facts, entities, episodes", [common, filters]
@@ -359,8 +437,16 @@ def _command(
     func: Callable[[argparse.Namespace], int],
     help_text: str,
     parents: list[argparse.ArgumentParser],
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
-    sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text, parents=parents)
+    sub: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        parents=parents,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_log_option(sub, default="error")  # what goes wrong is reported by the command itself
     sub.set_defaults(func=func)
     return sub

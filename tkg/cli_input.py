@@ -1,16 +1,16 @@
 """What the user gives the ``tkg`` command line: JSONL input files (message lines and fact lines), validated whole
-before anything is written, the loop that ingests them, and times given as options.
+before anything is written (:mod:`tkg.cli_ingest` adds them), and times given as options.
 
 A message line is ``{"content": ...}`` or ``{"speaker": ..., "text": ...}`` with optional ``reference_time``,
-``source``, ``source_description`` and ``name``; a fact line is ``{"subject": ..., "relation": ..., "object": ...}``
-with optional ``fact``, ``valid_at``, ``invalid_at``, ``subject_label`` and ``object_label``. A bad line is an
-error ``NAME:LINE: problem``.
+``source``, ``source_description``, ``name`` and ``id`` (the episode's id); a fact line is ``{"subject": ...,
+"relation": ..., "object": ...}`` with optional ``fact``, ``valid_at``, ``invalid_at``, ``subject_label`` and
+``object_label``. A bad line is an error ``NAME:LINE: problem``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,27 +18,18 @@ from typing import Any
 
 from tkg.config import MemoryConfig
 from tkg.errors import TkgError, ValidationError
-from tkg.memory import FactInput, Memory
-from tkg.models import EpisodeSource, Kind
+from tkg.inputs import FactInput
+from tkg.models import EpisodeSource, check_id
 from tkg.timeutil import iso, to_utc
 
-__all__ = [
-    "KINDS",
-    "FactLines",
-    "IngestReport",
-    "Item",
-    "MessageLine",
-    "cli_time",
-    "ingest",
-    "parse_jsonl",
-    "read_input",
-    "record_counts",
-]
+__all__ = ["KINDS", "FactLines", "Item", "MessageLine", "cli_time", "parse_jsonl", "read_input"]
 
 #: The ``--kind`` choices: what the lines of an input file are (auto: decided per line).
 KINDS = ("auto", "messages", "facts")
 
-_MESSAGE_KEYS = frozenset({"content", "speaker", "text", "reference_time", "source", "source_description", "name"})
+_MESSAGE_KEYS = frozenset(
+    {"content", "speaker", "text", "reference_time", "source", "source_description", "name", "id"}
+)
 _FACT_KEYS = frozenset(
     {"subject", "relation", "object", "fact", "valid_at", "invalid_at", "subject_label", "object_label"}
 )
@@ -59,6 +50,7 @@ class MessageLine:
     reference_time: datetime | None
     source_description: str
     name: str
+    episode_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -190,6 +182,7 @@ def _parse_message(record: Mapping[str, Any], number: int, max_chars: int) -> Me
         reference_time=_time_field(record, "reference_time"),
         source_description=_text_field(record, "source_description", required=False),
         name=_text_field(record, "name", required=False),
+        episode_id=check_id(record["id"], '"id"') if "id" in record else None,
     )
 
 
@@ -240,57 +233,6 @@ def _append_fact(items: list[Item], number: int, fact: FactInput, size: int, bud
         last.last, last.chars = number, last.chars + size
     else:
         items.append(FactLines(first=number, last=number, facts=[fact], chars=size))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# ingesting the lines
-
-
-@dataclass(slots=True)
-class IngestReport:
-    """What an ingestion did: lines read, records added, LLM calls, and the builder's warnings."""
-
-    messages: int = 0
-    facts: int = 0
-    llm_calls: int = 0
-    added: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-
-def record_counts(memory: Memory) -> dict[str, int]:
-    """How many episodes, entities and facts ``memory`` holds (what an ingestion report counts)."""
-    counts = memory.stats()["records"]
-    return {kind.value: counts[kind.value] for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT)}
-
-
-def ingest(memory: Memory, items: Sequence[Item], *, name: str, group: str | None = None) -> IngestReport:
-    """Add every item to ``memory`` in order. A failure names the input line it came from."""
-    report = IngestReport()
-    before = record_counts(memory)
-    for item in items:
-        where = f"{name}:{item.line}" if isinstance(item, MessageLine) else f"{name}:{item.first}"
-        try:
-            if isinstance(item, MessageLine):
-                result = memory.add_episode(
-                    item.content,
-                    group_id=group,
-                    source=item.source,
-                    reference_time=item.reference_time,
-                    source_description=item.source_description,
-                    name=item.name,
-                )
-                report.messages += 1
-            else:
-                span = f"{item.first}" if item.first == item.last else f"{item.first}-{item.last}"
-                result = memory.add_facts(item.facts, group_id=group, source_description=f"{name} lines {span}")
-                report.facts += len(item.facts)
-        except TkgError as exc:
-            raise TkgError(f"{where}: {exc}") from exc
-        report.llm_calls += result.usage.calls
-        report.warnings += [f"{where}: {warning}" for warning in result.warnings]
-    after = record_counts(memory)
-    report.added = {kind: after[kind] - before[kind] for kind in after}
-    return report
 
 
 # ----------------------------------------------------------------------------------------------------------

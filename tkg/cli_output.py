@@ -1,27 +1,44 @@
 """What the ``tkg`` command line prints: search results as text (facts with the period each held, entities,
-episodes), counts in words, and the one-line notes and errors on stderr."""
+episodes), counts in words, the one-line notes and errors on stderr, and the progress of a long command (with
+Ctrl-C stopping it cleanly)."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, time
+from typing import TypeVar
+
+from tqdm import tqdm
 
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
 from tkg.search import SearchResults
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "count_line",
     "error",
     "fact_range",
     "format_results",
+    "interruptible",
     "note",
     "plural",
+    "progress_bar",
 ]
 
 #: The exit status of a user's error (bad input, missing files, mismatched embedders), as argparse uses for usage.
 EXIT_ERROR = 2
+#: The exit status of a command that finished but some of whose work failed (listed on stderr; a re-run retries it).
+EXIT_FAILED = 1
+#: The exit status after Ctrl-C, as shells report SIGINT.
+EXIT_INTERRUPTED = 130
+
+T = TypeVar("T")
 
 _PREVIEW_CHARS = 100
 PLURALS = {kind.value: kind.value + "s" for kind in Kind} | {"entity": "entities", "community": "communities"}
@@ -91,3 +108,48 @@ def _episode_line(episode: Episode) -> str:
         return f"[{stamp}] {_preview(episode.content)}"
     origin = f" {episode.source_description}" if episode.source_description else ""
     return f"[{stamp}] ({episode.source.value}{origin}) {_preview(episode.content, _PREVIEW_CHARS - len(origin))}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# long commands
+
+
+@contextmanager
+def progress_bar(total: int, what: str, *, enabled: bool | None = None) -> Iterator[tqdm]:
+    """A progress bar on stderr with rate and time left (tqdm); ``enabled`` None: only when stderr is a terminal."""
+    bar = tqdm(total=total, desc=what, unit="line", file=sys.stderr, disable=None if enabled is None else not enabled)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def interruptible(work: Callable[[], T], stop: threading.Event) -> T:
+    """Run ``work`` on a thread and return what it returns (or raise what it raises). The first Ctrl-C sets
+    ``stop`` (``work`` checks it between steps and returns early); a second one ends the process at once. Work
+    never sees a KeyboardInterrupt halfway through a write: signals reach only this, the main thread."""
+    outcome: dict[str, object] = {}
+    finished = threading.Event()  # waited on, not Thread.join: a join interrupted by Ctrl-C breaks the thread's state
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # handed to the caller below
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="tkg-work", daemon=True).start()
+    while not finished.is_set():
+        try:
+            finished.wait(0.1)
+        except KeyboardInterrupt:
+            if stop.is_set():
+                note("stopped at once; what was written is on disk (the journal), run the command again to resume")
+                sys.stderr.flush()
+                os._exit(EXIT_INTERRUPTED)
+            stop.set()
+            note("interrupted: finishing the work in flight, then saving (Ctrl-C again to stop at once)")
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["value"]  # type: ignore[return-value]

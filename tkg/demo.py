@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from importlib import resources
 
-from tkg.cli_input import IngestReport, Item, cli_time, ingest, parse_jsonl, record_counts
+from tkg.cli_ingest import IngestReport, ingest, record_counts
+from tkg.cli_input import Item, cli_time, parse_jsonl
 from tkg.cli_output import count_line, fact_range, format_results
 from tkg.environment import describe_llm
 from tkg.llm.base import LLMClient

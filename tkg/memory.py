@@ -361,19 +361,21 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         group_id: str | None = None,
         reference_time: datetime | str | None = None,
         source_description: str = "structured facts",
+        episode_id: str | None = None,
     ) -> EpisodeResult:
         """Ingest structured facts with no LLM at all.
 
         The input is kept as one JSON episode (the facts' provenance). A fact without ``valid_at`` is taken to
         hold from the reference time (default: now); ``invalid_at`` closes it. Facts are resolved against the
         graph like extracted ones: a verbatim repeat adds provenance, and for a relation the ontology declares
-        single-valued a new object ends the old one (old ``invalid_at`` = new ``valid_at``).
+        single-valued a new object ends the old one (old ``invalid_at`` = new ``valid_at``). ``episode_id`` names
+        that episode (default: a new id); an id already taken is refused.
         """
         now = self._clock.now()
         # Time phrases resolve on the caller's calendar day (the offset of reference_time, else UTC).
         reference = to_aware(reference_time, "reference_time") if reference_time is not None else now
         document, draft = structured_facts(facts, reference)
-        source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description)
+        source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description, "", episode_id)
         episode = make_episode(source, self._config, now)
         return self._ingestor.apply_structured(episode, draft, now)
 

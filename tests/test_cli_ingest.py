@@ -1,0 +1,164 @@
+"""``tkg ingest`` on long inputs: resumable (a re-run adds nothing, an extended file adds only its new lines),
+progress with rate and time left, extraction calls concurrent through the bulk path, and Ctrl-C stopping after
+the episodes in flight with everything done saved and a re-run finishing the rest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai_server import FakeOpenAIServer
+from helpers_doors import ROOT
+from test_cli import FACTS, MESSAGES, answer_by_schema, no_llm_env, run, write_jsonl
+
+from tkg import HashEmbedder, Memory
+from tkg.cli_ingest import episode_ids
+from tkg.cli_input import parse_jsonl
+
+__all__ = ["no_llm_env"]  # the fixture, used by name
+
+
+def chat_lines(n: int) -> list[dict[str, Any]]:
+    return [
+        {"speaker": "User" if i % 2 == 0 else "Assistant", "text": f"turn {i} about topic {i % 5}",
+         "reference_time": f"2024-05-{1 + i // 24:02d}T{i % 24:02d}:00:00Z"}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def contents(path: Path) -> Counter[str]:
+    return Counter(e.content for e in Memory.load(path, embedder=HashEmbedder()).episodes())
+
+
+def test_episode_ids_are_stable_and_keep_repeated_lines_apart() -> None:
+    text = "\n".join(['{"content": "User: ok"}', '{"content": "User: ok"}', '{"content": "User: hi", "id": "mine"}'])
+    items = parse_jsonl("in.jsonl", text)
+    first, again = episode_ids(items, "g"), episode_ids(parse_jsonl("in.jsonl", text), "g")
+    assert first == again and len(set(first)) == 3 and first[2] == "mine"
+    assert episode_ids(items, "other")[:2] != first[:2]  # ids are global across groups: the group is part of them
+
+
+def test_a_rerun_adds_nothing_and_an_extended_file_only_its_new_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_llm_env: None
+) -> None:
+    store = tmp_path / "m.tkg"
+    lines = [*FACTS, *MESSAGES, {"content": "User: ok"}, {"content": "User: ok"}]
+    source = write_jsonl(tmp_path / "in.jsonl", lines)
+    code, out, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")
+    assert code == 0, err
+    first = contents(store)
+    assert first["User: ok"] == 2 and sum(first.values()) == 6  # one episode for the three fact lines
+
+    code, out, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")
+    assert (code, err) == (0, "")
+    assert "skipped 8 lines already in the memory (an earlier run)" in out
+    assert "added 0 episodes, 0 entities, 0 facts" in out
+    assert contents(store) == first
+
+    write_jsonl(source, [*lines, {"content": "User: ok"}, {"content": "Bob: I moved to Lisbon."}])
+    code, out, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")
+    assert code == 0, err
+    assert "skipped 8 lines" in out and "added 2 episodes" in out
+    assert contents(store) == first + Counter({"User: ok": 1, "Bob: I moved to Lisbon.": 1})
+
+    # another group is another memory: everything is added again there
+    code, out, _ = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash", "--group", "g2")
+    assert code == 0 and "skipped" not in out and "added 8 episodes" in out
+
+
+def test_progress_bar_shows_rate_and_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_llm_env: None
+) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", chat_lines(12))
+    args = ["ingest", str(source), "--store", str(tmp_path / "m.tkg"), "--embedder", "hash"]
+    code, _, err = run(capsys, *args, "--progress")
+    assert code == 0, err
+    assert "ingest: 100%" in err and "12/12" in err and "line/s" in err
+    code, _, err = run(capsys, *args)  # not a terminal: no bar
+    assert (code, err) == (0, "")
+
+
+def test_extraction_calls_run_concurrently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_flight, most, lock = 0, 0, threading.Lock()
+
+    def slow(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        time.sleep(0.1)
+        with lock:
+            in_flight -= 1
+        return answer_by_schema(request)
+
+    source = write_jsonl(tmp_path / "in.jsonl", chat_lines(8))
+    with FakeOpenAIServer(chat=slow) as server:
+        monkeypatch.setenv("TKG_LLM_BASE_URL", server.base_url)
+        monkeypatch.setenv("TKG_LLM_MODEL", "fake-model")
+        args = ["ingest", str(source), "--store", str(tmp_path / "m.tkg"), "--embedder", "hash"]
+        code, out, err = run(capsys, *args, "--concurrency", "4")
+    assert code == 0, err
+    assert "LLM calls: 8" in out
+    assert most >= 3  # one at a time would take 0.8 s; the bulk path runs them together
+
+
+@pytest.mark.slow  # runs tkg in a child process and interrupts it
+def test_ctrl_c_keeps_what_is_done_and_a_rerun_finishes(tmp_path: Path) -> None:
+    calls = 0
+
+    def slow(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.05)
+        return answer_by_schema(request)
+
+    lines = chat_lines(60)
+    source, store = write_jsonl(tmp_path / "in.jsonl", lines), tmp_path / "m.tkg"
+    command = [sys.executable, "-m", "tkg.cli", "ingest", str(source), "--store", str(store), "--embedder", "hash"]
+    with FakeOpenAIServer(chat=slow) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TKG_")}
+        env |= {"TKG_LLM_BASE_URL": server.base_url, "TKG_LLM_MODEL": "fake-model"}
+        child = subprocess.Popen(
+            [*command, "--concurrency", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while calls < 10:
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.02)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 130, err
+        assert "interrupted: finishing the work in flight, then saving" in err
+        assert "again to resume (done lines are skipped)" in err
+        done = contents(store)
+        assert 0 < sum(done.values()) < 60 and f"stopped: {sum(done.values())} of 60 lines done and saved" in err
+        assert all(n == 1 for n in done.values())
+        assert {e.status.value for e in Memory.load(store, embedder=HashEmbedder()).episodes()} == {"extracted"}
+
+        again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert f"skipped {sum(done.values())} lines already in the memory" in again.stdout
+    finished = contents(store)
+    assert sum(finished.values()) == 60 and all(n == 1 for n in finished.values())
+
+
+def test_help_documents_the_input_format(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "ingest", "--help")
+    assert code == 0
+    for part in ('message line: {"content":', 'fact line: {"subject":', '"reference_time"', "resuming:", "130 stopped"):
+        assert part in out
