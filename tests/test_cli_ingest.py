@@ -162,3 +162,53 @@ def test_help_documents_the_input_format(capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0
     for part in ('message line: {"content":', 'fact line: {"subject":', '"reference_time"', "resuming:", "130 stopped"):
         assert part in out
+
+
+def test_a_facts_csv_comes_in_with_its_valid_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_llm_env: None
+) -> None:
+    """tkg's own facts CSV (from another memory) and a plain edge list both ingest; transaction times are the
+    import's, valid times are the file's; a re-run adds nothing; a bad row names its line."""
+    source = tmp_path / "source.tkg"
+    assert run(capsys, "ingest", str(write_jsonl(tmp_path / "f.jsonl", FACTS)), "--store", str(source), "--embedder",
+               "hash")[0] == 0  # fmt: skip
+    exported = tmp_path / "facts.csv"
+    assert run(capsys, "export", "--store", str(source), "--embedder", "hash", "--format", "csv", "--out",
+               str(exported))[0] == 0  # fmt: skip
+    target = tmp_path / "target.tkg"
+    code, out, err = run(capsys, "ingest", str(exported), "--store", str(target), "--embedder", "hash")
+    assert code == 0, err
+    assert "read " in out and "3 facts" in out
+
+    def periods(path: Path) -> set[tuple[str, Any, Any]]:
+        memory = Memory.load(path, embedder=HashEmbedder())
+        return {(f.fact, f.valid_at, f.invalid_at) for f in memory.records("fact")}
+
+    assert periods(target) == periods(source)
+    code, out, _ = run(capsys, "ingest", str(exported), "--store", str(target), "--embedder", "hash")
+    assert code == 0 and "skipped 3 lines" in out
+
+    edges = tmp_path / "edges.csv"
+    edges.write_text("Source,Target,Type,weight\nAnn,Acme,WORKS_AT,1\n\nBen,Oslo,LIVES_IN,2\n", encoding="utf-8")
+    code, out, err = run(capsys, "ingest", str(edges), "--store", str(target), "--embedder", "hash")
+    assert code == 0, err
+    assert {"Ann works at Acme", "Ben lives in Oslo"} <= {
+        f.fact for f in Memory.load(target, embedder=HashEmbedder()).records("fact")
+    }
+
+    before = target.read_bytes()
+    edges.write_text("source,target,relation,valid_at\nAnn,Acme,WORKS_AT,2020-01-01\nBen,Oslo,LIVES_IN,soon\n")
+    code, out, err = run(capsys, "ingest", str(edges), "--store", str(target), "--embedder", "hash")
+    assert (code, out) == (2, "")
+    assert err == f"tkg: error: {edges}:2: \"valid_at\" '2020-01-01' is naive (no UTC offset): " + (
+        'write e.g. "2024-05-01T12:00:00Z"\n'
+    )
+    edges.write_text(
+        "source,target,relation,valid_at\nAnn,Acme,WORKS_AT,2020-01-01T00:00:00Z\nBen,Oslo,LIVES_IN,soon\n"
+    )
+    code, _, err = run(capsys, "ingest", str(edges), "--store", str(target), "--embedder", "hash")
+    assert err.startswith(f"tkg: error: {edges}:3: \"valid_at\" 'soon' is not an ISO-8601 time")
+    edges.write_text("from,to\nAnn,Acme\n", encoding="utf-8")
+    code, _, err = run(capsys, "ingest", str(edges), "--store", str(target), "--embedder", "hash")
+    assert code == 2 and "the header lacks subject, relation, object" in err
+    assert target.read_bytes() == before

@@ -28,7 +28,7 @@ from typing import Any
 
 from tkg import pictures
 from tkg.cli_ingest import ingest, lines_of, record_counts
-from tkg.cli_input import KINDS, MessageLine, cli_time, parse_jsonl, read_input
+from tkg.cli_input import KINDS, MessageLine, cli_time, parse_input, read_input
 from tkg.cli_output import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -95,7 +95,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     """``tkg ingest``: validate the whole file, then add what an earlier run did not, with progress; Ctrl-C stops
     after the episodes in flight and keeps everything done (a re-run resumes)."""
     path = Path(args.file)
-    items = parse_jsonl(str(path), read_input(path), args.kind)
+    items = parse_input(str(path), read_input(path), args.kind)
     location = _where(args)
     check_target(location)
     if args.concurrency < 1:
@@ -331,7 +331,9 @@ input: one JSON object per line (UTF-8; blank lines skipped). The whole file is 
       json: content may then be any JSON value), "source_description", "name", "id" (the episode's id)
   fact line: {"subject": "Alice", "relation": "LIVES_IN", "object": "Paris"}
       optional: "fact" (the sentence), "valid_at", "invalid_at" (ISO-8601), "subject_label", "object_label"
-  Consecutive fact lines are added together as one JSON episode, with no LLM.
+  Consecutive fact lines are added together as one JSON episode, with no LLM. Times need a UTC offset.
+  FILE.csv: a table of facts with a header row: subject (or source), relation (or type), object (or target),
+      optional fact, valid_at, invalid_at, subject_label, object_label (tkg export --format csv writes one).
 
 resuming: each line's episode id comes from the line itself (or its "id"), so running the same command again
 skips what is already in the memory and retries what failed. Ctrl-C stops after the episodes in flight and

@@ -9,6 +9,8 @@ A message line is ``{"content": ...}`` or ``{"speaker": ..., "text": ...}`` with
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,7 +24,18 @@ from tkg.inputs import FactInput
 from tkg.models import EpisodeSource, check_id
 from tkg.timeutil import iso, to_utc
 
-__all__ = ["KINDS", "FactLines", "Item", "MessageLine", "cli_time", "parse_jsonl", "read_input"]
+__all__ = [
+    "CSV_COLUMNS",
+    "KINDS",
+    "FactLines",
+    "Item",
+    "MessageLine",
+    "cli_time",
+    "parse_csv",
+    "parse_input",
+    "parse_jsonl",
+    "read_input",
+]
 
 #: The ``--kind`` choices: what the lines of an input file are (auto: decided per line).
 KINDS = ("auto", "messages", "facts")
@@ -105,6 +118,73 @@ def parse_jsonl(name: str, text: str, kind: str = "auto", max_chars: int | None 
     return items
 
 
+#: The columns of a facts CSV (any order; names case-insensitive) and the other names they go by: tkg's own
+#: ``tkg export --format csv`` and edge lists with source/target columns read as they are.
+CSV_COLUMNS = {
+    "subject": ("subject", "source"),
+    "relation": ("relation", "type", ":type"),
+    "object": ("object", "target"),
+    "fact": ("fact",),
+    "valid_at": ("valid_at",),
+    "invalid_at": ("invalid_at",),
+    "subject_label": ("subject_label", "source_label"),
+    "object_label": ("object_label", "target_label"),
+}
+
+
+def parse_csv(name: str, text: str, max_chars: int | None = None) -> list[Item]:
+    """Validate every row of a CSV of facts (a header row, then one fact per row; see :data:`CSV_COLUMNS`; other
+    columns are ignored, empty cells are absent values); raise ``NAME:LINE: problem`` at the first bad one.
+
+    Only the valid times come in: a fact's transaction times are those of this import (tkg's lossless format
+    is the JSONL of ``tkg export``)."""
+    max_chars = MemoryConfig().max_episode_chars if max_chars is None else max_chars
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [cell.strip().lower() for cell in next(reader)]
+    except StopIteration:
+        raise ValidationError(f"{name}: is empty (a facts CSV needs a header row)") from None
+    except csv.Error as exc:
+        raise ValidationError(f"{name}:1: not CSV: {exc}") from None
+    where = {key: next((header.index(n) for n in names if n in header), None) for key, names in CSV_COLUMNS.items()}
+    missing = [key for key in ("subject", "relation", "object") if where[key] is None]
+    if missing:
+        optional = ", ".join(key for key in CSV_COLUMNS if key not in ("subject", "relation", "object"))
+        raise ValidationError(
+            f"{name}:1: the header lacks {', '.join(missing)} (columns: subject or source, relation, "
+            f"object or target; optional: {optional})"
+        )
+    items: list[Item] = []
+    try:
+        for row in reader:
+            number = reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            record = {
+                key: row[column].strip()
+                for key, column in where.items()
+                if column is not None and column < len(row) and row[column].strip()
+            }
+            try:
+                _append_fact(items, number, _parse_fact(record), sum(map(len, row)), max_chars // 2)
+            except TkgError as exc:
+                raise ValidationError(f"{name}:{number}: {exc}") from None
+    except csv.Error as exc:
+        raise ValidationError(f"{name}:{reader.line_num}: not CSV: {exc}") from None
+    if not items:
+        raise ValidationError(f"{name}: holds no facts (only a header)")
+    return items
+
+
+def parse_input(name: str, text: str, kind: str = "auto") -> list[Item]:
+    """The items of an input file: a facts CSV when ``name`` ends in ``.csv``, else JSONL."""
+    if name.lower().endswith(".csv"):
+        if kind == "messages":
+            raise ValidationError(f"{name}: a CSV file holds facts; --kind messages reads only JSONL")
+        return parse_csv(name, text)
+    return parse_jsonl(name, text, kind)
+
+
 def _json_object(raw: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
@@ -156,7 +236,13 @@ def _time_field(record: Mapping[str, Any], key: str) -> datetime | None:
         return None
     if not isinstance(value, str):
         raise ValidationError(f'"{key}" must be an ISO-8601 string such as "2024-05-01T12:00:00Z"')
-    return to_utc(value, key)
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValidationError(f'"{key}" {value!r} is not an ISO-8601 time such as "2024-05-01T12:00:00Z"') from None
+    if parsed.tzinfo is None:  # in a data file a time without offset is ambiguous: refused, never guessed
+        raise ValidationError(f'"{key}" {value!r} is naive (no UTC offset): write e.g. "2024-05-01T12:00:00Z"')
+    return to_utc(parsed, key)
 
 
 def _parse_message(record: Mapping[str, Any], number: int, max_chars: int) -> MessageLine:
