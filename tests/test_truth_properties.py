@@ -1,5 +1,5 @@
-"""Property-based tests of the invalidation invariants: a stateful machine over random add / add_facts / remove
-sequences driven by the rule-based LLM double, and batching against sequential ingestion."""
+"""Property-based tests of the invalidation invariants: a stateful machine over random add / add_facts / remove /
+end-by-hand sequences driven by the rule-based LLM double, and batching against sequential ingestion."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
-from tkg.invalidation import overlaps
+from tkg.errors import ValidationError
+from tkg.invalidation import overlaps, own_end
 from tkg.llm import LLMPolicy
 from tkg.llm.rules import RulesLLM
 from tkg.memory import FactInput
@@ -105,6 +106,23 @@ class TruthMachine(RuleBasedStateMachine):
             return
         result = self.memory.remove_episode(episodes[pick % len(episodes)])
         self.removed_facts |= set(result.deleted_facts)
+
+    @rule(pick=st.integers(0, 1000), months=st.integers(0, 60))
+    def end_by_hand(self, pick: int, months: int) -> None:
+        """End a random fact by hand some months after it starts; refused (and nothing written) when it already
+        ends by then."""
+        facts = sorted((f for f in self.memory.records(Kind.FACT) if isinstance(f, Fact)), key=lambda f: f.id)
+        if not facts:
+            return
+        fact = facts[pick % len(facts)]
+        at = (fact.valid_at or datetime(2010, 1, 1, tzinfo=UTC)) + timedelta(days=30 * months)
+        before = state(self.memory)
+        try:
+            ended = self.memory.invalidate_fact(fact.id, at=at)
+        except ValidationError:
+            assert state(self.memory) == before
+            return
+        assert own_end(ended) == at
 
     @rule(statement=statements)
     def add_then_remove_restores_the_graph(self, statement: Statement) -> None:

@@ -407,16 +407,39 @@ class Ingestor:
         with self.group_lock(episode.group_id), self.locks.write():
             return self._remove(episode, now)
 
+    def end_fact(self, fact_id: str, at: datetime, now: datetime) -> RemovalResult:
+        """End a fact by hand at ``at`` (see :meth:`tkg.Memory.invalidate_fact`) and settle its history again."""
+        found = self.store.get(Kind.FACT, [fact_id])[0]
+        if not isinstance(found, Fact):
+            raise NotFoundError(f"no fact with id {fact_id!r}")
+        with self.group_lock(found.group_id), self.locks.write():
+            fact = self.store.get(Kind.FACT, [fact_id])[0]
+            if not isinstance(fact, Fact):
+                raise NotFoundError(f"fact {fact_id} was removed meanwhile; nothing written")
+            if fact.valid_at is not None and at < fact.valid_at:
+                raise ValidationError(
+                    f"cannot end fact {fact_id} at {at.isoformat()}: it holds from {fact.valid_at.isoformat()}"
+                )
+            end = invalidation.own_end(fact)
+            if end is not None and end <= at:
+                raise ValidationError(f"fact {fact_id} already ends at {end.isoformat()}, not after {at.isoformat()}")
+            result = RemovalResult("")
+            puts: dict[tuple[Kind, str], Record] = {(Kind.FACT, fact_id): invalidation.end_by_hand(fact, at, now)}
+            self._settle_without({}, puts, result, now)
+            self.store.write(WriteBatch(puts=list(puts.values())))
+        log.info("fact %s ended by hand at %s", fact_id, at.isoformat())
+        return result
+
     def _settle_without(
         self,
-        episode: Episode,
         gone: dict[str, Fact],
         puts: dict[tuple[Kind, str], Record],
         result: RemovalResult,
         now: datetime,
     ) -> None:
-        """Settle again the history of every fact linked to what the episode took away (its facts, and its share
-        of others' provenance), as if it had never been added: the verdicts the LLM gave are kept on the facts,
+        """Settle again the history of every fact linked to what changed: the facts an episode took away
+        (``gone``) and the facts in ``puts`` (its share of others' provenance, or an end given by hand), as if the
+        episode had never been added: the verdicts the LLM gave are kept on the facts,
         so nothing is asked again."""
         changed = [f for f in puts.values() if isinstance(f, Fact)]
         if not gone and not changed:
@@ -467,7 +490,7 @@ class Ingestor:
                 gone[fact.id] = fact
                 deletes.append((Kind.FACT, fact.id))
                 result.deleted_facts.append(fact.id)
-        self._settle_without(episode, gone, puts, result, now)
+        self._settle_without(gone, puts, result, now)
         mentions = store.mentions(episode_ids=[episode.id])
         deletes.extend((Kind.MENTION, m.id) for m in mentions)
         touched = [m.entity_id for m in mentions]

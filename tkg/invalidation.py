@@ -54,6 +54,36 @@ def own_end(fact: Fact) -> datetime | None:
     return fact.prior_invalid_at if fact.invalidated_by is not None else fact.invalid_at
 
 
+#: The attribute that records ends given by hand (:meth:`tkg.Memory.invalidate_fact`), oldest first: the end,
+#: when it was recorded, and the fact's own end before it (ISO-8601 strings, None for open).
+ENDED_BY_HAND = "tkg.ended_by_hand"
+
+
+def end_by_hand(fact: Fact, at: datetime, now: datetime) -> Fact:
+    """``fact`` with its own end set to ``at`` by hand at ``now``, the end it had before kept in
+    :data:`ENDED_BY_HAND`. Its history must then be settled again (:func:`history`)."""
+    previous = own_end(fact)
+    entry = {"at": at.isoformat(), "recorded_at": now.isoformat(), "previous_end": _iso(previous)}
+    attributes = {**fact.attributes, ENDED_BY_HAND: [*fact.attributes.get(ENDED_BY_HAND, ()), entry]}
+    if fact.invalidated_by is not None:
+        return evolve(fact, prior_invalid_at=at, attributes=attributes)
+    return evolve(fact, invalid_at=at, attributes=attributes)
+
+
+def own_end_known(fact: Fact, known_at: datetime) -> datetime | None:
+    """The fact's own end as the memory knew it at ``known_at``: an end given by hand later is not yet known."""
+    end = own_end(fact)
+    for entry in reversed(fact.attributes.get(ENDED_BY_HAND, ())):
+        if datetime.fromisoformat(entry["recorded_at"]) <= known_at:
+            break
+        end = datetime.fromisoformat(entry["previous_end"]) if entry["previous_end"] else None
+    return end
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
 def as_stated(fact: Fact) -> Fact:
     """The fact as it was stated: its own interval, not superseded."""
     if fact.invalidated_by is None and fact.expired_at is None:

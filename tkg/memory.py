@@ -40,7 +40,7 @@ from tkg.search import SearchResults, search
 from tkg.search_config import Reranker, SearchConfig, TargetConfig, choose
 from tkg.storage import Store, WriteBatch
 from tkg.timeline import Filters, make_scope
-from tkg.timeutil import to_aware
+from tkg.timeutil import to_aware, to_utc
 
 __all__ = ["EpisodeInput", "EpisodeResult", "FactInput", "Memory", "Neighbourhood", "RemovalResult"]
 
@@ -378,6 +378,22 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description, "", episode_id)
         episode = make_episode(source, self._config, now)
         return self._ingestor.apply_structured(episode, draft, now)
+
+    def invalidate_fact(self, fact_id: str, at: datetime | str | None = None) -> Fact:
+        """End a fact by hand: it stops holding at ``at`` (default now; a datetime or an ISO-8601 string with an
+        offset). Nothing is deleted: the fact stays with its new end, ``as_of`` before ``at`` still finds it, and
+        ``known_at`` before this call sees the fact as it was (the change and the end it replaced are recorded
+        in ``fact.attributes["tkg.ended_by_hand"]``). The facts it superseded or restated are settled again.
+
+        Raises :class:`NotFoundError` for an unknown id and :class:`ValidationError` for ``at`` before the fact
+        starts or a fact that already ends by then; nothing is written in either case. Returns the fact as
+        stored now."""
+        now = self._clock.now()
+        end = to_utc(at, "at") if at is not None else now
+        self._ingestor.end_fact(fact_id, end, now)
+        fact = self.get(Kind.FACT, fact_id)
+        assert isinstance(fact, Fact)
+        return fact
 
     def remove_episode(self, episode_id: str) -> RemovalResult:
         """Remove an episode as if it had never been added: facts it alone supports are deleted (others lose it

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from tkg.errors import ValidationError
+from tkg.invalidation import own_end_known
 from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id
 from tkg.timeutil import optional_utc, to_utc
 
@@ -144,9 +145,10 @@ class Scope:
 
 def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's end as the memory knew it at ``known_at``: a supersession learnt later is not yet known, so the
-    fact ends where it ended before that (``prior_invalid_at``: its own end, or open)."""
-    if fact.expired_at is not None and fact.expired_at > known_at:
-        return fact.prior_invalid_at
+    fact ends where it ended before that (its own end, or open), and so is an end given by hand later
+    (:func:`tkg.invalidation.own_end_known`)."""
+    if fact.invalidated_by is None or (fact.expired_at is not None and fact.expired_at > known_at):
+        return own_end_known(fact, known_at)
     return fact.invalid_at
 
 
