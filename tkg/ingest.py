@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from tkg import invalidation
 from tkg.community_tier import CommunityTier
@@ -407,7 +408,7 @@ class Ingestor:
         with self.group_lock(episode.group_id), self.locks.write():
             return self._remove(episode, now)
 
-    def end_fact(self, fact_id: str, at: datetime, now: datetime) -> RemovalResult:
+    def end_fact(self, fact_id: str, at: datetime, now: datetime, note: dict[str, Any] | None = None) -> RemovalResult:
         """End a fact by hand at ``at`` (see :meth:`tkg.Memory.invalidate_fact`) and settle its history again."""
         found = self.store.get(Kind.FACT, [fact_id])[0]
         if not isinstance(found, Fact):
@@ -424,7 +425,7 @@ class Ingestor:
             if end is not None and end <= at:
                 raise ValidationError(f"fact {fact_id} already ends at {end.isoformat()}, not after {at.isoformat()}")
             result = RemovalResult("")
-            puts: dict[tuple[Kind, str], Record] = {(Kind.FACT, fact_id): invalidation.end_by_hand(fact, at, now)}
+            puts: dict[tuple[Kind, str], Record] = {(Kind.FACT, fact_id): invalidation.end_by_hand(fact, at, now, note)}
             self._settle_without({}, puts, result, now)
             self.store.write(WriteBatch(puts=list(puts.values())))
         log.info("fact %s ended by hand at %s", fact_id, at.isoformat())

@@ -85,6 +85,7 @@ class EpisodeInput:
     source_description: str = ""
     name: str = ""
     episode_id: str | None = None
+    metadata: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, item: EpisodeInput | Mapping[str, Any] | str) -> EpisodeInput:
@@ -101,6 +102,21 @@ class EpisodeInput:
             except TypeError as exc:
                 raise ValidationError(f"an episode needs content: {exc}") from None
         raise ValidationError(f"an episode must be an EpisodeInput, a mapping or a string, not {type(item).__name__}")
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` as stored with an episode: a mapping with string keys whose values JSON can hold."""
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise ValidationError("metadata must be a mapping with string keys")
+    try:
+        text = json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"metadata must hold JSON values (strings, numbers, booleans, lists, maps): {exc}"
+        ) from None
+    check_text(text, "metadata")
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
 
 
 def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Episode:
@@ -137,6 +153,7 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
             raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
         check_text(value, what)
     return Episode(
+        attributes={"metadata": check_metadata(item.metadata)} if item.metadata else {},
         id=check_id(item.episode_id, "episode_id") if item.episode_id is not None else new_id(),
         group_id=check_group_id(item.group_id if item.group_id is not None else config.default_group),
         content=content,

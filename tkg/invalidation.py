@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from tkg.models import Fact, Verdict, evolve
 
@@ -59,11 +60,13 @@ def own_end(fact: Fact) -> datetime | None:
 ENDED_BY_HAND = "tkg.ended_by_hand"
 
 
-def end_by_hand(fact: Fact, at: datetime, now: datetime) -> Fact:
-    """``fact`` with its own end set to ``at`` by hand at ``now``, the end it had before kept in
-    :data:`ENDED_BY_HAND`. Its history must then be settled again (:func:`history`)."""
+def end_by_hand(fact: Fact, at: datetime, now: datetime, note: Mapping[str, Any] | None = None) -> Fact:
+    """``fact`` with its own end set to ``at`` by hand at ``now``, the end it had before (and the caller's
+    ``note``, if any) kept in :data:`ENDED_BY_HAND`. Its history must then be settled again (:func:`history`)."""
     previous = own_end(fact)
-    entry = {"at": at.isoformat(), "recorded_at": now.isoformat(), "previous_end": _iso(previous)}
+    entry: dict[str, Any] = {"at": at.isoformat(), "recorded_at": now.isoformat(), "previous_end": _iso(previous)}
+    if note:
+        entry["note"] = dict(note)
     attributes = {**fact.attributes, ENDED_BY_HAND: [*fact.attributes.get(ENDED_BY_HAND, ()), entry]}
     if fact.invalidated_by is not None:
         return evolve(fact, prior_invalid_at=at, attributes=attributes)

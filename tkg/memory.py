@@ -23,7 +23,7 @@ from tkg.errors import (
     ValidationError,
 )
 from tkg.ingest import EpisodeResult, Ingestor, RemovalResult
-from tkg.inputs import EpisodeInput, FactInput, make_episode, structured_facts
+from tkg.inputs import EpisodeInput, FactInput, check_metadata, make_episode, structured_facts
 from tkg.journal import JournalPolicy
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.llm.guard import GuardedLLM
@@ -201,6 +201,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         name: str = "",
         episode_id: str | None = None,
         extract: bool | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> EpisodeResult:
         """Store an episode and extract its entities and facts: one LLM call, plus one batched resolution call
         only when some name or fact stays ambiguous after the deterministic passes.
@@ -208,13 +209,14 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         ``content`` is kept verbatim. For ``source="message"`` write ``"Speaker: text"``; the speaker is always an
         entity. ``reference_time`` (default: now) anchors relative dates. ``extract=False`` (the default without
         an LLM) stores and indexes the episode, links it to entities the memory already knows by name or alias,
-        and records the dates its time phrases denote, with no LLM at all.
+        and records the dates its time phrases denote, with no LLM at all. ``metadata`` (JSON values) is kept
+        with the episode, in ``episode.attributes["metadata"]``.
 
         If the LLM fails for good (after the retries of ``config.llm_policy``), the episode is stored with status
         ``failed``, nothing else is written, and :class:`~tkg.errors.ExtractionFailedError` is raised; call
         :meth:`retry` later.
         """
-        item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id)
+        item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id, metadata)
         episode, now = self._new_episode(item)
         return self._run(episode, now, self._wants_llm(extract))
 
@@ -306,11 +308,12 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         source_description: str = "",
         name: str = "",
         episode_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Episode:
         """Store an episode with status ``queued`` and return it, leaving its extraction to
         :meth:`process_queued`. The episode is kept verbatim, searchable as an episode and saved in snapshots
         at once. Arguments and errors are those of :meth:`add_episode`; on an error nothing is stored."""
-        item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id)
+        item = EpisodeInput(content, group_id, source, reference_time, source_description, name, episode_id, metadata)
         episode, _ = self._new_episode(item)
         vector = check_vectors(self._embedder.embed([episode.content]), self._embedder.dim, 1)[0]
         queued = dataclasses.replace(episode, status=EpisodeStatus.QUEUED, embedding=vector)
@@ -362,6 +365,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         reference_time: datetime | str | None = None,
         source_description: str = "structured facts",
         episode_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> EpisodeResult:
         """Ingest structured facts with no LLM at all.
 
@@ -375,22 +379,27 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         # Time phrases resolve on the caller's calendar day (the offset of reference_time, else UTC).
         reference = to_aware(reference_time, "reference_time") if reference_time is not None else now
         document, draft = structured_facts(facts, reference)
-        source = EpisodeInput(document, group_id, EpisodeSource.JSON, reference, source_description, "", episode_id)
+        source = EpisodeInput(
+            document, group_id, EpisodeSource.JSON, reference, source_description, "", episode_id, metadata
+        )
         episode = make_episode(source, self._config, now)
         return self._ingestor.apply_structured(episode, draft, now)
 
-    def invalidate_fact(self, fact_id: str, at: datetime | str | None = None) -> Fact:
+    def invalidate_fact(
+        self, fact_id: str, at: datetime | str | None = None, *, note: Mapping[str, Any] | None = None
+    ) -> Fact:
         """End a fact by hand: it stops holding at ``at`` (default now; a datetime or an ISO-8601 string with an
         offset). Nothing is deleted: the fact stays with its new end, ``as_of`` before ``at`` still finds it, and
         ``known_at`` before this call sees the fact as it was (the change and the end it replaced are recorded
-        in ``fact.attributes["tkg.ended_by_hand"]``). The facts it superseded or restated are settled again.
+        in ``fact.attributes["tkg.ended_by_hand"]``, with ``note``: JSON values saying why, e.g. the fact that
+        replaces it). The facts it superseded or restated are settled again.
 
         Raises :class:`NotFoundError` for an unknown id and :class:`ValidationError` for ``at`` before the fact
         starts or a fact that already ends by then; nothing is written in either case. Returns the fact as
         stored now."""
         now = self._clock.now()
         end = to_utc(at, "at") if at is not None else now
-        self._ingestor.end_fact(fact_id, end, now)
+        self._ingestor.end_fact(fact_id, end, now, check_metadata(note) if note else None)
         fact = self.get(Kind.FACT, fact_id)
         assert isinstance(fact, Fact)
         return fact

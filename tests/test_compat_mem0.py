@@ -1,0 +1,327 @@
+"""The Mem0-compatible facade (tkg.compat.mem0), through the scenarios Mem0's own suite covers: add (string,
+messages, infer on and off), get, get_all, search, update, delete, delete_all, history, reset, scopes and metadata
+filters; tkg's doubles stand in for the LLM. And the property that anything added is found in its scope and never
+in another."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tkg import FixedClock, HashEmbedder, Ontology, RelationType
+from tkg import Memory as TkgMemory
+from tkg.compat.mem0 import Memory, MemoryNotFoundError
+from tkg.compat.mem0_filters import matches, scope_group, scope_of
+from tkg.errors import ValidationError
+from tkg.llm.rules import RulesLLM
+
+ROOT = Path(__file__).resolve().parent.parent
+HOMES = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+
+
+def offline(clock: FixedClock | None = None) -> Memory:
+    return Memory(memory=TkgMemory(embedder=HashEmbedder(dim=64), clock=clock or FixedClock("2024-05-01T00:00:00Z")))
+
+
+def with_llm(clock: FixedClock) -> Memory:
+    llm = RulesLLM(exclusive={"LIVES_IN"})
+    return Memory(memory=TkgMemory(embedder=HashEmbedder(dim=64), llm=llm, clock=clock, ontology=HOMES))
+
+
+def texts(result: dict[str, list[dict[str, Any]]]) -> list[str]:
+    return [item["memory"] for item in result["results"]]
+
+
+# -- add and read, no LLM (Mem0's infer=False) ---------------------------------------------------------------
+
+
+def test_add_keeps_messages_and_reads_them_back() -> None:
+    m = offline()
+    added = m.add(
+        [
+            {"role": "system", "content": "You are helpful."},  # skipped, as in Mem0
+            {"role": "user", "content": "I'm not a fan of thrillers but I love sci-fi movies."},
+            {"role": "assistant", "content": "Got it, sci-fi it is.", "name": "Robo"},
+        ],
+        user_id="alice",
+        metadata={"category": "movies"},
+        infer=False,
+    )
+    events = [(r["event"], r["role"], r["actor_id"], r["memory"]) for r in added["results"]]
+    assert events == [
+        ("ADD", "user", None, "I'm not a fan of thrillers but I love sci-fi movies."),
+        ("ADD", "assistant", "Robo", "Got it, sci-fi it is."),
+    ]
+    first = added["results"][0]
+    got = m.get(first["id"])
+    assert got is not None
+    assert {k: got[k] for k in ("id", "memory", "user_id", "metadata", "hash")} == {
+        "id": first["id"],
+        "memory": first["memory"],
+        "user_id": "alice",
+        "metadata": {"category": "movies"},
+        "hash": first["hash"],
+    }
+    assert sorted(texts(m.get_all(filters={"user_id": "alice"}))) == sorted(r["memory"] for r in added["results"])
+    assert m.get_all(user_id="alice") == m.get_all(filters={"user_id": "alice"})  # Mem0's older form
+    hits = m.search("which movies does she like? sci-fi", filters={"user_id": "alice"}, top_k=1)["results"]
+    assert hits[0]["memory"].startswith("I'm not a fan") and hits[0]["score"] > 0
+    assert m.get("nope") is None
+    assert m.search("movies", filters={"user_id": "bob"}) == {"results": []}  # a user never seen: empty
+
+
+def test_scopes_combine_as_in_mem0() -> None:
+    m = offline()
+    m.add("user only", user_id="u1")
+    m.add("user and agent", user_id="u1", agent_id="a1")
+    m.add("agent and run", agent_id="a1", run_id="r1")
+    m.add("other user", user_id="u2", agent_id="a1")
+    assert sorted(texts(m.get_all(filters={"user_id": "u1"}))) == ["user and agent", "user only"]
+    assert sorted(texts(m.get_all(filters={"agent_id": "a1"}))) == ["agent and run", "other user", "user and agent"]
+    assert texts(m.get_all(filters={"user_id": "u1", "agent_id": "a1"})) == ["user and agent"]
+    assert texts(m.get_all(filters={"run_id": "r1"})) == ["agent and run"]
+    item = m.get_all(filters={"run_id": "r1"})["results"][0]
+    assert (item["agent_id"], item["run_id"], "user_id" in item) == ("a1", "r1", False)
+    m.delete_all(user_id="u1")
+    assert texts(m.get_all(filters={"agent_id": "a1"})) == ["agent and run", "other user"]
+    m.reset()
+    assert m.get_all(filters={"agent_id": "a1"}) == {"results": []}
+
+
+def test_metadata_filters() -> None:
+    m = offline()
+    m.add("likes jazz", user_id="u", metadata={"topic": "music", "year": 2021, "tags": "jazz,live"})
+    m.add("likes rome", user_id="u", metadata={"topic": "travel", "year": 2023})
+    m.add("no metadata", user_id="u")
+
+    def found(**condition: Any) -> list[str]:
+        return sorted(texts(m.get_all(filters={"user_id": "u", **condition})))
+
+    assert found(topic="music") == ["likes jazz"]
+    assert found(topic={"in": ["music", "travel"]}) == ["likes jazz", "likes rome"]
+    assert found(topic={"ne": "music"}) == ["likes rome", "no metadata"]
+    assert found(year={"gte": 2022}) == ["likes rome"]
+    assert found(tags={"icontains": "JAZZ"}) == ["likes jazz"]
+    assert found(topic="*") == ["likes jazz", "likes rome"]
+    assert found(OR=[{"topic": "music"}, {"year": {"gt": 2022}}]) == ["likes jazz", "likes rome"]
+    assert found(NOT=[{"topic": "music"}]) == ["likes rome", "no metadata"]
+    hits = m.search("likes", filters={"user_id": "u", "topic": "travel"})
+    assert texts(hits) == ["likes rome"]
+    with pytest.raises(ValidationError, match="unknown filter operator"):
+        m.get_all(filters={"user_id": "u", "year": {"between": [1, 2]}})
+
+
+# -- extraction, contradiction, update, delete, history ------------------------------------------------------
+
+
+def test_facts_with_an_llm_and_a_contradiction_ends_the_older() -> None:
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    ann = {"role": "user", "name": "Ann"}
+    first = m.add([{**ann, "content": "I LIVES_IN Paris since 2019."}], user_id="ann")
+    assert [(r["event"], r["memory"], r["kind"]) for r in first["results"]] == [("ADD", "Ann lives in Paris", "fact")]
+    paris = first["results"][0]["id"]
+    clock.set("2024-06-01T00:00:00Z")
+    second = m.add([{**ann, "content": "I LIVES_IN Rome since 2024."}], user_id="ann")
+    events = {(r["event"], r["memory"]) for r in second["results"]}
+    assert events == {("ADD", "Ann lives in Rome"), ("DELETE", "Ann lives in Paris")}
+    ended = next(r for r in second["results"] if r["event"] == "DELETE")
+    assert ended["id"] == paris and ended["invalid_at"].startswith("2024-01-01")
+    assert texts(m.get_all(filters={"user_id": "ann"})) == ["Ann lives in Rome"]
+    assert sorted(texts(m.get_all(filters={"user_id": "ann"}, show_expired=True))) == [
+        "Ann lives in Paris",
+        "Ann lives in Rome",
+    ]
+    assert texts(m.get_all(filters={"user_id": "ann"}, as_of="2022-01-01T00:00:00Z")) == ["Ann lives in Paris"]
+    assert [e["event"] for e in m.history(paris)] == ["ADD", "DELETE"]
+    again = m.add([{**ann, "content": "I LIVES_IN Rome since 2024."}], user_id="ann")
+    assert [r["event"] for r in again["results"]] == ["NOOP"]
+
+
+def test_update_delete_and_history_keep_every_version() -> None:
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    fact_id = m.add("I LIKES Jazz since 2020.", user_id="ann", metadata={"source": "chat"})["results"][0]["id"]
+    assert m.get(fact_id)["memory"] == "User likes Jazz"
+    clock.set("2024-06-01T00:00:00Z")
+    updated = m.update(fact_id, text="User likes jazz and blues", metadata={"mood": "good"})
+    new_id = updated["id"]
+    assert updated["message"] == "Memory updated successfully!" and new_id != fact_id
+    current = m.get_all(filters={"user_id": "ann"})["results"]
+    assert [(r["id"], r["memory"], r["metadata"]) for r in current] == [
+        (new_id, "User likes jazz and blues", {"source": "chat", "mood": "good"})
+    ]
+    assert m.get(fact_id)["id"] == new_id  # the old id reads the newest version, as in Mem0
+    # nothing lost: the old version is there, as of before the update and in the tkg memory
+    before = m.get_all(filters={"user_id": "ann"}, as_of="2024-05-15T00:00:00Z")
+    assert texts(before) == ["User likes Jazz"]
+    clock.set("2024-07-01T00:00:00Z")
+    m.delete(fact_id)  # the old id deletes the newest version
+    assert m.get_all(filters={"user_id": "ann"}) == {"results": []}
+    shown = m.get_all(filters={"user_id": "ann"}, show_expired=True)
+    assert sorted(texts(shown)) == ["User likes Jazz", "User likes jazz and blues"]
+    history = m.history(fact_id)
+    assert history == m.history(new_id)[: len(history)] or [e["event"] for e in history] == [
+        e["event"] for e in m.history(new_id)
+    ]
+    assert [(e["event"], e["old_memory"], e["new_memory"]) for e in history] == [
+        ("ADD", None, "User likes Jazz"),
+        ("UPDATE", "User likes Jazz", "User likes jazz and blues"),
+        ("DELETE", "User likes jazz and blues", None),
+    ]
+    assert [e["created_at"][:10] for e in history] == ["2024-05-01", "2024-06-01", "2024-07-01"]
+    assert history[-1]["is_deleted"] and history[-1]["invalid_at"].startswith("2024-07-01")
+    assert history[0]["valid_at"].startswith("2020-01-01") and {"expired_at", "invalid_at"} <= history[0].keys()
+    with pytest.raises(MemoryNotFoundError, match="ended already"):
+        m.delete(new_id)
+    with pytest.raises(ValueError):  # as Mem0's callers catch it
+        m.delete("no-such-id")
+    assert m.history("no-such-id") == []
+
+
+def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = offline(clock)
+    memory_id = m.add("I love India.", user_id="u")["results"][0]["id"]
+    clock.set("2024-05-02T00:00:00Z")
+    assert m.update(memory_id=memory_id, data="I love India, it is my favorite country.")["id"] == memory_id
+    assert m.get(memory_id)["memory"] == "I love India, it is my favorite country."
+    assert [(e["event"], e["old_memory"], e["new_memory"]) for e in m.history(memory_id)] == [
+        ("ADD", None, "I love India."),
+        ("UPDATE", "I love India.", "I love India, it is my favorite country."),
+    ]
+    with pytest.raises(ValidationError):
+        m.update(memory_id, text="bad\x00text")
+    assert m.get(memory_id)["memory"] == "I love India, it is my favorite country."  # a refused update: unchanged
+    m.delete(memory_id)
+    assert m.get(memory_id) is None
+
+
+def test_bad_calls_are_refused_with_tkg_errors() -> None:
+    m = offline()
+    with pytest.raises(ValidationError, match="at least one of user_id"):
+        m.add("x")
+    with pytest.raises(ValidationError, match="whitespace"):
+        m.add("x", user_id="a b")
+    with pytest.raises(ValidationError, match="at least one of user_id"):
+        m.search("x")
+    with pytest.raises(ValidationError, match="content"):
+        m.add([{"role": "user", "content": ""}], user_id="u")
+    with pytest.raises(ValidationError, match="tkg's own"):
+        m.add("x", user_id="u", metadata={"tkg.replaces": "y"})
+    with pytest.raises(ValidationError, match="procedural"):
+        m.add("x", agent_id="a", memory_type="procedural_memory")
+    with pytest.raises(ValidationError, match="threshold"):
+        m.search("x", filters={"user_id": "u"}, threshold=2)
+    assert m.get_all(filters={"user_id": "u"}) == {"results": []}  # nothing was written
+
+
+def test_timestamp_is_the_messages_time() -> None:
+    m = offline()
+    item = m.add("we met yesterday", user_id="u", timestamp="2023-03-02T10:00:00Z")["results"][0]
+    assert item["valid_at"] == "2023-03-02T10:00:00+00:00"
+    assert m.add("unix time", user_id="u", timestamp=0)["results"][0]["valid_at"] == "1970-01-01T00:00:00+00:00"
+
+
+def test_threshold_uses_cosine_similarity() -> None:
+    m = offline()
+    m.add("the quick brown fox", user_id="u")
+    m.add("completely unrelated words here", user_id="u")
+    assert texts(m.search("quick brown fox", filters={"user_id": "u"}, threshold=0.5)) == ["the quick brown fox"]
+    assert m.search("quick brown fox", filters={"user_id": "u"}, threshold=0.8) == {"results": []}  # cosine 0.78
+
+
+# -- scopes as groups, and the property --------------------------------------------------------------------
+
+
+def test_scope_groups_round_trip_and_escape() -> None:
+    for scope in ({"user_id": "alice"}, {"user_id": "a.b:c_d", "run_id": "42"}, {"agent_id": "é-名"}):
+        group = scope_group(scope)
+        assert scope_of(group) == scope
+    assert scope_of("default") is None and scope_of("mem0.x:1") is None
+    assert matches({"a": 1}, {"a": {"lt": 2, "gt": 0}}) and not matches({"a": "x"}, {"a": {"gt": 1}})
+
+
+ids = st.sampled_from(["u1", "u2", "a b".replace(" ", "_"), "42", "é"])
+scopes = st.fixed_dictionaries({}, optional={"user_id": ids, "agent_id": ids, "run_id": ids}).filter(bool)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(adds=st.lists(st.tuples(scopes, st.integers(0, 10**6)), min_size=1, max_size=6), probe=scopes)
+def test_what_is_added_is_found_in_its_scope_and_never_outside(
+    adds: list[tuple[dict[str, str], int]], probe: dict[str, str]
+) -> None:
+    m = offline()
+    placed: list[tuple[dict[str, str], str]] = []
+    for scope, n in adds:
+        text = f"note {n} {len(placed)}"
+        m.add(text, infer=False, **scope)
+        placed.append((scope, text))
+    listed = set(texts(m.get_all(filters=probe, top_k=1000)))
+    expected = {text for scope, text in placed if all(scope.get(k) == v for k, v in probe.items())}
+    assert listed == expected
+    for scope, text in placed:
+        assert text in texts(m.get_all(filters=scope, top_k=1000))
+
+
+# -- a Mem0 user's script, with only the import line changed --------------------------------------------------
+
+MEM0_QUICKSTART = """
+from mem0 import Memory
+
+m = Memory()
+messages = [
+    {"role": "user", "content": "I'm planning to watch a movie tonight. Any recommendations?"},
+    {"role": "assistant", "content": "How about thriller movies? They can be quite engaging."},
+    {"role": "user", "content": "I'm not a big fan of thriller movies but I love sci-fi movies."},
+    {"role": "assistant", "content": "Got it! I'll avoid thriller recommendations and suggest sci-fi movies."},
+]
+result = m.add(messages, user_id="alice", metadata={"category": "movies"})
+related_memories = m.search("Should I watch a thriller?", filters={"user_id": "alice"}, top_k=3)
+memories_str = "\\n".join(f"- {entry['memory']}" for entry in related_memories["results"])
+all_memories = m.get_all(filters={"user_id": "alice"})
+memory_id = all_memories["results"][0]["id"]
+specific_memory = m.get(memory_id)
+m.update(memory_id=memory_id, text="I love India, it is my favorite country.")
+history = m.history(memory_id=memory_id)
+m.delete(memory_id=memory_id)
+m.delete_all(user_id="alice")
+m.reset()
+print(len(result["results"]), len(memories_str.splitlines()), [h["event"] for h in history])
+"""
+
+
+def test_a_mem0_quickstart_runs_with_only_the_import_changed(tmp_path: Path) -> None:
+    script = tmp_path / "quickstart.py"
+    script.write_text(
+        textwrap.dedent(MEM0_QUICKSTART).replace("from mem0 import Memory", "from tkg.compat.mem0 import Memory")
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TKG_", "OPENAI_"))}
+    run = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "4 3 ['ADD', 'UPDATE']"
+
+
+def test_the_readme_mem0_section_shows_the_import_line() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Coming from Mem0", 1)[1].split("\n## ", 1)[0]
+    assert "from tkg.compat.mem0 import Memory" in section
+    for call in ("add(", "search(", "get_all(", "get(", "update(", "delete(", "delete_all(", "history(", "reset("):
+        assert f"`m.{call}" in section or f"m.{call}" in section, call
+
+
+def test_now_is_utc() -> None:  # items' times are UTC ISO strings, comparable as text
+    m = offline()
+    created = m.add("x", user_id="u")["results"][0]["created_at"]
+    assert datetime.fromisoformat(created).tzinfo is not None and datetime.fromisoformat(created).utcoffset() == (
+        datetime.now(UTC).utcoffset()
+    )

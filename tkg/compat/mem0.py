@@ -1,0 +1,649 @@
+"""Mem0's ``Memory`` API over a tkg memory: change the import line of a Mem0 script and it runs on tkg.
+
+>>> from tkg.compat.mem0 import Memory          # instead of: from mem0 import Memory
+>>> m = Memory.from_config({"embedder": {"provider": "hash"}})
+>>> added = m.add("I moved to Lisbon.", user_id="alice")
+>>> [r["event"] for r in added["results"]]
+['ADD']
+>>> m.search("where does alice live?", filters={"user_id": "alice"})["results"][0]["memory"]
+'I moved to Lisbon.'
+
+What a Mem0 user should know (the README's "Coming from Mem0" has the full table):
+
+* **A memory** is a current fact tkg extracted (with an LLM), or a message kept as it was (``infer=False``, or no
+  LLM configured); a message whose facts were extracted is not listed again beside them.
+* **Scopes**: ``user_id`` / ``agent_id`` / ``run_id`` name one tkg group per combination (:mod:`.mem0_filters`);
+  a read covers every group that includes the ids it names.
+* **Nothing is lost where Mem0 would lose it**: ``delete`` and ``update`` of a fact end it (``history`` keeps it,
+  and ``as_of`` / ``known_at`` on :attr:`Memory.tkg` still find it); a contradiction ends the older fact instead
+  of overwriting it (reported as ``DELETE`` with ``invalid_at``); ``update`` adds the new text as a new fact with a
+  new id, linked to the old one. ``delete_all`` and ``reset`` erase whole scopes (privacy requests), as in Mem0;
+  ``delete`` of a kept message erases that message.
+* Beyond Mem0 OSS: ``timestamp`` on ``add`` is the messages' time (relative dates are read against it);
+  ``as_of``, ``known_at`` and ``show_expired`` on ``search`` / ``get_all``; every item carries ``valid_at``,
+  ``invalid_at`` and ``expired_at``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Self
+
+import numpy as np
+
+from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_group, scope_of, scopes_covered
+from tkg.compat.mem0_filters import split_filters as _split
+from tkg.errors import ConfigurationError, NotFoundError, ValidationError
+from tkg.inputs import EpisodeInput, FactInput, make_episode
+from tkg.invalidation import ENDED_BY_HAND
+from tkg.memory import Memory as TkgMemory
+from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind
+from tkg.timeutil import to_utc
+
+__all__ = ["Memory", "MemoryNotFoundError"]
+
+log = logging.getLogger(__name__)
+
+#: The source description of the episodes this facade writes, and the role a message without one has.
+SOURCE = "mem0"
+#: Metadata keys this facade keeps for itself (a caller's metadata may not use the prefix).
+RESERVED = "tkg."
+_REPLACES = "tkg.replaces"
+_PREVIOUS = "tkg.previous"
+#: Mem0 configuration keys that have no meaning here (tkg has its own storage and ranking).
+_IGNORED_CONFIG = ("vector_store", "graph_store", "history_db_path", "reranker", "version", "custom_instructions")
+
+
+class MemoryNotFoundError(NotFoundError, ValueError):
+    """No memory has this id, or it has ended already (a ``ValueError`` as in Mem0, and a tkg error)."""
+
+
+class Memory:
+    """Mem0's ``Memory`` over a :class:`tkg.Memory` (``memory=``), or over one built from a Mem0-style
+    ``config``: ``{"llm": {"provider": "openai", "config": {"model", "api_key", "openai_base_url"}},
+    "embedder": {"provider": "auto" | "minilm" | "hash" | "openai"}}``. Without an ``llm`` the LLM comes from
+    ``TKG_LLM_BASE_URL`` (:func:`tkg.environment.llm_from_env`), and without one messages are kept as they are."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, *, memory: TkgMemory | None = None) -> None:
+        if memory is not None and config:
+            raise ConfigurationError("give either a config or a tkg memory, not both")
+        self._memory = memory if memory is not None else _memory_from_config(config or {})
+
+    @classmethod
+    def from_config(cls, config_dict: Mapping[str, Any]) -> Self:
+        return cls(config_dict)
+
+    @property
+    def tkg(self) -> TkgMemory:
+        """The tkg memory underneath: every tkg call (time travel, pictures, export) works on it."""
+        return self._memory
+
+    def close(self) -> None:
+        self._memory.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------------------
+    # writes
+
+    def add(
+        self,
+        messages: str | Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        user_id: Any = None,
+        agent_id: Any = None,
+        run_id: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = True,
+        timestamp: datetime | str | int | float | None = None,
+        memory_type: str | None = None,
+        prompt: str | None = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Add messages (a string, one ``{"role", "content"}`` dict, or a list of them; ``system`` messages are
+        skipped) to the scope the ids name. Each message is one episode whose speaker is its ``name``, else its
+        role. With an LLM and ``infer`` its facts are extracted (one call per message, concurrently); otherwise it
+        is kept as it is. Returns ``{"results": [...]}``: ``ADD`` for a new fact or kept message, ``NOOP`` for a
+        fact stated again, ``DELETE`` for a fact the new one ended (kept, with its ``invalid_at``)."""
+        if memory_type is not None:
+            raise ValidationError(f"memory_type {memory_type!r} is not supported by tkg (no procedural memories)")
+        if prompt is not None:
+            raise ValidationError("a custom extraction prompt is not supported by tkg; use an Ontology")
+        group = scope_group(_scope(user_id, agent_id, run_id))
+        extra = _caller_metadata(metadata)
+        when = _when(timestamp)
+        inputs = [
+            EpisodeInput(
+                f"{speaker}: {content}",
+                group,
+                reference_time=when,
+                source_description=SOURCE,
+                name=role,
+                metadata=extra or None,
+            )
+            for role, speaker, content in _messages(messages)
+        ]
+        if not inputs:
+            return {"results": []}
+        extract = bool(infer) and self._memory.llm is not None
+        results = self._memory.add_episodes(inputs, extract=extract)
+        items: list[dict[str, Any]] = []
+        for result in results:
+            episode = result.episode
+            if episode.status is not EpisodeStatus.EXTRACTED:
+                items.append({**self._episode_item(episode), "event": "ADD"})
+                continue
+            items.extend(self._fact_event(fact, episode) for fact in result.facts)
+        return {"results": items}
+
+    def update(
+        self,
+        memory_id: str,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        data: str | None = None,
+    ) -> dict[str, Any]:
+        """Give a memory new text and/or metadata. A fact is ended now and the new version added as a new fact
+        (its id is returned; the old id keeps working: reads, updates and deletes go to its latest version, and
+        ``history`` of either shows every version). A kept message keeps its id, its earlier text in its
+        history."""
+        text = text if text is not None else data
+        if text is None and metadata is None:
+            raise ValidationError("give text, metadata or both")
+        if text is not None and (not isinstance(text, str) or not text.strip()):
+            raise ValidationError("text must be a non-empty string")
+        record = self._latest(self._record(memory_id))
+        changes = _caller_metadata(metadata)
+        if isinstance(record, Fact):
+            new_id = self._update_fact(record, text, changes)
+        else:
+            new_id = self._update_message(record, text, changes)
+        return {"message": "Memory updated successfully!", "id": new_id, "previous_id": record.id}
+
+    def _update_fact(self, fact: Fact, text: str | None, changes: dict[str, Any]) -> str:
+        now = self._memory.clock.now()
+        self._require_current(fact, now)
+        source, target = self._memory.get_many(Kind.ENTITY, [fact.source_id, fact.target_id])
+        assert isinstance(source, Entity) and isinstance(target, Entity)
+        start = max(now, fact.valid_at) if fact.valid_at is not None else now
+        # the new version first (a restatement of the old one while that holds), then the old one ends where it
+        # starts: the truth-maintenance sweep lets the new one hold from there
+        added = self._memory.add_facts(
+            [FactInput(source.name, fact.relation, target.name, fact=text or fact.fact, valid_at=start)],
+            group_id=fact.group_id,
+            source_description=SOURCE,
+            metadata={**self._metadata_of(fact), **changes, _REPLACES: fact.id},
+        )
+        new_id = added.facts[0].id if added.facts else fact.id
+        if new_id != fact.id:
+            self._memory.invalidate_fact(fact.id, at=start, note={"replaced_by": new_id})
+        return new_id
+
+    def _update_message(self, episode: Episode, text: str | None, changes: dict[str, Any]) -> str:
+        _, speaker, old_text = _message_parts(episode)
+        before = self._metadata_of(episode, reserved=True)
+        versions = [*before.get(_PREVIOUS, []), {"memory": old_text, "created_at": episode.created_at.isoformat()}]
+        item = EpisodeInput(
+            f"{speaker}: {text if text is not None else old_text}" if speaker else (text or old_text),
+            episode.group_id,
+            reference_time=episode.reference_time,
+            source_description=episode.source_description,
+            name=episode.name,
+            episode_id=episode.id,
+            metadata={**self._metadata_of(episode), **changes, _PREVIOUS: versions},
+        )
+        make_episode(item, self._memory.config, self._memory.clock.now())  # checked before the old one goes
+        self._memory.remove_episode(episode.id)
+        return self._memory.add_episodes([item], extract=False)[0].episode.id
+
+    def delete(self, memory_id: str) -> dict[str, str]:
+        """Delete a memory: a fact is ended now (nothing is erased: ``history`` and ``as_of`` still find it); a kept
+        message is erased."""
+        record = self._latest(self._record(memory_id))
+        if isinstance(record, Fact):
+            now = self._memory.clock.now()
+            self._require_current(record, now)
+            self._memory.invalidate_fact(record.id, at=max(now, record.valid_at) if record.valid_at else now)
+        else:
+            self._memory.remove_episode(record.id)
+        return {"message": "Memory deleted successfully!"}
+
+    def delete_all(self, user_id: Any = None, agent_id: Any = None, run_id: Any = None) -> dict[str, str]:
+        """Erase everything added in the scopes these ids cover (a privacy request: unlike ``delete``, nothing of
+        it is kept). At least one id is required; :meth:`reset` erases every scope."""
+        wanted = _scope(user_id, agent_id, run_id)
+        for group in scopes_covered(self._memory.groups(), wanted):
+            self._memory.delete_group(group)
+        return {"message": "Memories deleted successfully!"}
+
+    def reset(self) -> None:
+        """Erase every scope this facade wrote (groups not made by it are left alone)."""
+        for group in self._memory.groups():
+            if scope_of(group) is not None:
+                self._memory.delete_group(group)
+
+    # ------------------------------------------------------------------------------------------------------
+    # reads
+
+    def get(self, memory_id: str) -> dict[str, Any] | None:
+        """The memory with this id (a fact or a kept message; an updated fact's newest version), or None."""
+        try:
+            record = self._latest(self._record(memory_id))
+        except NotFoundError:
+            return None
+        if isinstance(record, Fact):
+            return self._fact_items([record])[0]
+        return self._episode_item(record)
+
+    def get_all(
+        self,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        top_k: int | None = None,
+        limit: int | None = None,
+        show_expired: bool = False,
+        user_id: Any = None,
+        agent_id: Any = None,
+        run_id: Any = None,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The memories of the scopes named in ``filters`` (or by the ids; Mem0's older form), newest first:
+        current facts and kept messages, with the metadata conditions of ``filters``. ``show_expired`` adds facts
+        that have ended; ``as_of`` / ``known_at`` read the memory at another time."""
+        count = _count(top_k, limit, default=100)
+        groups, condition = self._read_scope(filters, user_id, agent_id, run_id)
+        if not groups:
+            return {"results": []}
+        facts = self._memory.get_all(groups, as_of=as_of, known_at=known_at, include_invalidated=show_expired)
+        seen_at = to_utc(known_at, "known_at") if known_at is not None else None
+        kept = [
+            e
+            for e in self._memory.episodes(groups)
+            if e.status is not EpisodeStatus.EXTRACTED and (seen_at is None or e.created_at <= seen_at)
+        ]
+        items = [*self._fact_items(facts), *(self._episode_item(e) for e in kept)]
+        items = [item for item in items if matches(_filterable(item), condition)]
+        items.sort(key=lambda item: item["created_at"], reverse=True)
+        return {"results": items[:count]}
+
+    def search(
+        self,
+        query: str,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        top_k: int | None = None,
+        limit: int | None = None,
+        threshold: float | None = None,
+        rerank: bool = False,
+        show_expired: bool = False,
+        user_id: Any = None,
+        agent_id: Any = None,
+        run_id: Any = None,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """tkg's hybrid search (cosine + BM25 + graph, fused) over the scopes named in ``filters`` (or by the ids),
+        best first, each item with its ``score``. ``threshold`` (0-1) drops memories whose cosine similarity to the
+        query is lower; ``rerank`` is accepted for compatibility (tkg's ranking always fuses its signals)."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("query must be a non-empty string")
+        if threshold is not None and not 0 <= threshold <= 1:
+            raise ValidationError(f"threshold must be between 0 and 1, got {threshold}")
+        count = _count(top_k, limit, default=20)
+        groups, condition = self._read_scope(filters, user_id, agent_id, run_id)
+        if not groups or count == 0:
+            return {"results": []}
+        found = self._memory.search(
+            query,
+            group_ids=groups,
+            targets=("facts", "episodes"),
+            limit=max(3 * count, 30),
+            as_of=as_of,
+            known_at=known_at,
+            include_invalidated=show_expired,
+        )
+        scored: list[tuple[float, Fact | Episode]] = [(hit.score, hit.record) for hit in found.facts]
+        scored += [
+            (hit.score, hit.record) for hit in found.episodes if hit.record.status is not EpisodeStatus.EXTRACTED
+        ]
+        if threshold is not None:
+            scored = self._above(query, scored, threshold)
+        scored.sort(key=lambda pair: -pair[0])
+        facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)])
+        by_id = {item["id"]: item for item in facts}
+        items = []
+        for score, record in scored:
+            item = by_id[record.id] if isinstance(record, Fact) else self._episode_item(record)
+            if matches(_filterable(item), condition):
+                items.append({**item, "score": score})
+        return {"results": items[:count]}
+
+    def history(self, memory_id: str) -> list[dict[str, Any]]:
+        """The changes of a memory, oldest first, in Mem0's shape (``event`` ADD / UPDATE / DELETE, ``old_memory``,
+        ``new_memory``, ``created_at`` of the change, ``is_deleted``) with each version's ``valid_at``,
+        ``invalid_at`` and ``expired_at`` added. Every version of an updated fact is in it, whichever id is given;
+        an unknown id has no history."""
+        try:
+            record = self._record(memory_id)
+        except NotFoundError:
+            return []
+        events: list[dict[str, Any]] = []
+        if isinstance(record, Episode):
+            text = _message_parts(record)[2]
+            versions = [*self._metadata_of(record, reserved=True).get(_PREVIOUS, []), None]
+            previous: str | None = None
+            for version in versions:
+                current = text if version is None else version["memory"]
+                when = record.created_at if version is None else datetime.fromisoformat(version["created_at"])
+                events.append(_event(record.id, "UPDATE" if previous else "ADD", previous, current, when, record))
+                previous = current
+        else:
+            chain = self._versions(record)
+            for n, fact in enumerate(chain):
+                old = chain[n - 1].fact if n else None
+                events.append(_event(fact.id, "UPDATE" if n else "ADD", old, fact.fact, fact.created_at, fact))
+            last = chain[-1]
+            for entry in last.attributes.get(ENDED_BY_HAND, ()):
+                when = datetime.fromisoformat(entry["recorded_at"])
+                events.append(_event(last.id, "DELETE", last.fact, None, when, last))
+            if last.expired_at is not None:
+                ended = _event(last.id, "DELETE", last.fact, None, last.expired_at, last)
+                events.append({**ended, "invalidated_by": last.invalidated_by})
+        events.sort(key=lambda e: e["created_at"])
+        return [{**e, "id": f"{memory_id}.{n}"} for n, e in enumerate(events)]
+
+    # ------------------------------------------------------------------------------------------------------
+    # helpers
+
+    def _record(self, memory_id: str) -> Fact | Episode:
+        if not isinstance(memory_id, str) or not memory_id:
+            raise ValidationError(f"memory_id must be a non-empty string, got {memory_id!r}")
+        fact, episode = (self._memory.get_many(kind, [memory_id])[0] for kind in (Kind.FACT, Kind.EPISODE))
+        record = fact or episode
+        if not isinstance(record, Fact | Episode) or scope_of(record.group_id) is None:
+            raise MemoryNotFoundError(f"memory with id {memory_id} not found")
+        return record
+
+    @staticmethod
+    def _require_current(fact: Fact, now: datetime) -> None:
+        if fact.expired_at is not None or (fact.invalid_at is not None and fact.invalid_at <= now):
+            raise MemoryNotFoundError(f"memory {fact.id} has ended already; history({fact.id!r}) shows when")
+
+    def _read_scope(
+        self, filters: Mapping[str, Any] | None, user_id: Any, agent_id: Any, run_id: Any
+    ) -> tuple[list[str], dict[str, Any]]:
+        wanted, condition = _split(filters)
+        for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+            checked = check_scope_id(value, key)
+            if checked is not None:
+                if wanted.get(key, checked) != checked:
+                    raise ValidationError(f"{key} is {checked!r} but filters say {wanted[key]!r}")
+                wanted[key] = checked
+        if not wanted:
+            raise ValidationError("filters must name at least one of user_id, agent_id, run_id")
+        return scopes_covered(self._memory.groups(), wanted), condition
+
+    def _metadata_of(self, record: Fact | Episode, *, reserved: bool = False) -> dict[str, Any]:
+        episode = record if isinstance(record, Episode) else self._first_episode(record)
+        meta = dict(episode.attributes.get("metadata", {})) if episode is not None else {}
+        return meta if reserved else {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
+
+    def _first_episode(self, fact: Fact) -> Episode | None:
+        found = self._memory.get_many(Kind.EPISODE, list(fact.episodes[:1]))
+        return found[0] if found and isinstance(found[0], Episode) else None
+
+    def _latest(self, record: Fact | Episode) -> Fact | Episode:
+        """The newest version of a memory: an updated fact names the fact that replaced it."""
+        seen = {record.id}
+        while isinstance(record, Fact) and (following := _replaced_by(record)) and following not in seen:
+            newer = self._memory.get_many(Kind.FACT, [following])[0]
+            if not isinstance(newer, Fact):
+                break
+            record = newer
+            seen.add(record.id)
+        return record
+
+    def _versions(self, fact: Fact) -> list[Fact]:
+        """Every version of an updated fact, oldest first."""
+        chain = [fact]
+        while (previous := self._metadata_of(chain[0], reserved=True).get(_REPLACES)) and len(chain) < 1000:
+            older = self._memory.get_many(Kind.FACT, [str(previous)])[0]
+            if not isinstance(older, Fact) or older in chain:
+                break
+            chain.insert(0, older)
+        newest = self._latest(fact)
+        while chain[-1].id != newest.id and len(chain) < 1000:
+            following = _replaced_by(chain[-1])
+            newer = self._memory.get_many(Kind.FACT, [following])[0] if following else None
+            if not isinstance(newer, Fact):
+                break
+            chain.append(newer)
+        return chain
+
+    def _fact_items(self, facts: Sequence[Fact]) -> list[dict[str, Any]]:
+        firsts = [f.episodes[0] for f in facts if f.episodes]
+        episodes = {e.id: e for e in self._memory.get_many(Kind.EPISODE, firsts) if isinstance(e, Episode)}
+        items = []
+        for fact in facts:
+            episode = episodes.get(fact.episodes[0]) if fact.episodes else None
+            meta = dict(episode.attributes.get("metadata", {})) if episode is not None else {}
+            ends = fact.attributes.get(ENDED_BY_HAND, ())
+            items.append(
+                {
+                    **_item(fact.id, fact.fact, fact.group_id, fact.created_at, meta),
+                    "updated_at": ends[-1]["recorded_at"] if ends else None,
+                    "kind": "fact",
+                    "valid_at": _iso(fact.valid_at),
+                    "invalid_at": _iso(fact.invalid_at),
+                    "expired_at": _iso(fact.expired_at),
+                }
+            )
+        return items
+
+    def _episode_item(self, episode: Episode) -> dict[str, Any]:
+        role, speaker, text = _message_parts(episode)
+        item = _item(episode.id, text, episode.group_id, episode.created_at, episode.attributes.get("metadata", {}))
+        return {
+            **item,
+            "kind": "message",
+            "role": role,
+            "actor_id": speaker if speaker != role.title() else None,
+            "valid_at": _iso(episode.reference_time),
+            "invalid_at": None,
+            "expired_at": None,
+        }
+
+    def _fact_event(self, fact: Fact, episode: Episode) -> dict[str, Any]:
+        item = self._fact_items([fact])[0]
+        if fact.episodes and fact.episodes[0] == episode.id:
+            return {**item, "event": "ADD"}
+        if episode.id in fact.episodes:
+            return {**item, "event": "NOOP"}
+        return {**item, "event": "DELETE" if fact.invalidated_by is not None else "NOOP"}
+
+    def _above(
+        self, query: str, scored: list[tuple[float, Fact | Episode]], threshold: float
+    ) -> list[tuple[float, Fact | Episode]]:
+        vector = np.asarray(self._memory.embedder.embed([query])[0], dtype=np.float32)
+        kept = []
+        for score, record in scored:
+            stored = record.embedding
+            if stored is None:
+                continue
+            other = np.asarray(stored, dtype=np.float32)
+            denominator = float(np.linalg.norm(vector) * np.linalg.norm(other)) or 1.0
+            if float(vector @ other) / denominator >= threshold:
+                kept.append((score, record))
+        return kept
+
+
+# ----------------------------------------------------------------------------------------------------------
+# pure helpers
+
+
+def _memory_from_config(config: Mapping[str, Any]) -> TkgMemory:
+    from tkg.environment import llm_from_env, make_embedder
+
+    unknown = sorted(set(config) - {"llm", "embedder", *_IGNORED_CONFIG})
+    if unknown:
+        raise ConfigurationError(f"unknown config key(s) {unknown}; tkg reads llm and embedder")
+    for key in _IGNORED_CONFIG:
+        if key in config:
+            log.warning("config[%r] is ignored: tkg keeps its own storage, history and ranking", key)
+    embedder_config = config.get("embedder") or {}
+    embedder = make_embedder(str(embedder_config.get("provider", "auto")))
+    llm_config = config.get("llm")
+    if llm_config is None:
+        return TkgMemory(embedder=embedder, llm=llm_from_env())
+    if llm_config.get("provider", "openai") not in ("openai", "openai_structured", "lmstudio", "vllm", "ollama"):
+        raise ConfigurationError(
+            f"llm provider {llm_config.get('provider')!r}: tkg talks to any OpenAI-compatible endpoint; give "
+            "provider 'openai' with its base URL (openai_base_url)"
+        )
+    from tkg.llm.openai import OpenAILLM
+
+    settings = llm_config.get("config") or {}
+    base_url = settings.get("openai_base_url") or settings.get("base_url") or settings.get("ollama_base_url")
+    llm = OpenAILLM(
+        settings.get("model") or "gpt-4o-mini", base_url=base_url, api_key=settings.get("api_key") or "sk-no-key"
+    )
+    return TkgMemory(embedder=embedder, llm=llm)
+
+
+def _scope(user_id: Any, agent_id: Any, run_id: Any) -> dict[str, str]:
+    scope = {}
+    for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+        checked = check_scope_id(value, key)
+        if checked is not None:
+            scope[key] = checked
+    if not scope:
+        raise ValidationError("at least one of user_id, agent_id or run_id is required")
+    return scope
+
+
+def _caller_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise ValidationError(f"metadata must be a dict, got {type(metadata).__name__}")
+    clean = {}
+    for key, value in metadata.items():
+        if isinstance(key, str) and key.startswith(RESERVED):
+            raise ValidationError(f"metadata key {key!r}: the prefix {RESERVED!r} is tkg's own")
+        if key in SCOPE_KEYS or key == "actor_id":
+            log.warning("metadata[%r] is ignored: scopes are set by user_id, agent_id and run_id", key)
+            continue
+        clean[key] = value
+    return clean
+
+
+def _when(timestamp: datetime | str | int | float | None) -> datetime | None:
+    if timestamp is None:
+        return None
+    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
+        return datetime.fromtimestamp(timestamp, tz=UTC)
+    if isinstance(timestamp, datetime | str):
+        return to_utc(timestamp, "timestamp")
+    raise ValidationError(f"timestamp must be a datetime, an ISO-8601 string or Unix seconds, got {timestamp!r}")
+
+
+def _messages(messages: str | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(role, speaker, content) of each message to keep; system messages are skipped."""
+    if isinstance(messages, str):
+        listed: Iterable[Any] = [{"role": "user", "content": messages}]
+    elif isinstance(messages, Mapping):
+        listed = [messages]
+    elif isinstance(messages, Sequence):
+        listed = messages
+    else:
+        raise ValidationError(f"messages must be a string, a dict or a list of dicts, got {type(messages).__name__}")
+    out = []
+    for n, message in enumerate(listed):
+        if not isinstance(message, Mapping):
+            raise ValidationError(f"message {n} must be a dict with role and content, got {type(message).__name__}")
+        role, content = message.get("role", "user"), message.get("content")
+        if not isinstance(role, str) or not role.strip():
+            raise ValidationError(f"message {n}: role must be a non-empty string")
+        if role == "system":
+            continue
+        if not isinstance(content, str) or not content.strip():
+            raise ValidationError(f"message {n}: content must be a non-empty string")
+        name = message.get("name")
+        speaker = name.strip() if isinstance(name, str) and name.strip() else role.strip().title()
+        if ":" in speaker or "\n" in speaker:
+            raise ValidationError(f"message {n}: name {speaker!r} may not hold ':' or a newline")
+        out.append((role.strip(), speaker, content.strip()))
+    return out
+
+
+def _message_parts(episode: Episode) -> tuple[str, str, str]:
+    """(role, speaker, text) of a message episode this facade wrote; other episodes are their content."""
+    if episode.source_description != SOURCE:
+        return episode.name or "user", "", episode.content
+    speaker, _, text = episode.content.partition(": ")
+    return episode.name or "user", speaker, text
+
+
+def _item(record_id: str, text: str, group: str, created_at: datetime, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    scope = scope_of(group) or {}
+    return {
+        "id": record_id,
+        "memory": text,
+        "hash": hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest(),  # Mem0's content hash
+        "metadata": {k: v for k, v in metadata.items() if not k.startswith(RESERVED)} or None,
+        "created_at": created_at.isoformat(),
+        "updated_at": None,
+        **scope,
+    }
+
+
+def _filterable(item: Mapping[str, Any]) -> dict[str, Any]:
+    """What a metadata filter sees: the metadata, and the message's actor and role."""
+    fields = {key: item[key] for key in ("actor_id", "role") if item.get(key) is not None}
+    return {**fields, **(item.get("metadata") or {})}
+
+
+def _event(
+    memory_id: str, event: str, old: str | None, new: str | None, when: datetime, record: Fact | Episode
+) -> dict[str, Any]:
+    fact = record if isinstance(record, Fact) else None
+    return {
+        "memory_id": memory_id,
+        "old_memory": old,
+        "new_memory": new,
+        "event": event,
+        "created_at": when.isoformat(),
+        "updated_at": None,
+        "is_deleted": event == "DELETE",
+        "actor_id": None,
+        "role": record.name or None if isinstance(record, Episode) else None,
+        "valid_at": _iso(fact.valid_at) if fact else _iso(record.reference_time),  # type: ignore[union-attr]
+        "invalid_at": _iso(fact.invalid_at) if fact else None,
+        "expired_at": _iso(fact.expired_at) if fact else None,
+    }
+
+
+def _replaced_by(fact: Fact) -> str | None:
+    """The fact that replaced this one in an update (the note of its last end given by hand), if any."""
+    ends = fact.attributes.get(ENDED_BY_HAND, ())
+    note = ends[-1].get("note") or {} if ends else {}
+    following = note.get("replaced_by")
+    return str(following) if following else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _count(top_k: int | None, limit: int | None, *, default: int) -> int:
+    value = top_k if top_k is not None else limit if limit is not None else default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"top_k must be a non-negative integer, got {value!r}")
+    return value
