@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
 
 import numpy as np
 
+from tkg.compat.hits import merged
 from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_group, scope_of, scopes_covered
 from tkg.compat.mem0_filters import split_filters as _split
+from tkg.compat.messages import Message, episode_inputs, message_of, parse_messages
 from tkg.errors import ConfigurationError, NotFoundError, ValidationError
 from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
@@ -118,17 +120,9 @@ class Memory:
         group = scope_group(_scope(user_id, agent_id, run_id))
         extra = _caller_metadata(metadata)
         when = _when(timestamp)
-        inputs = [
-            EpisodeInput(
-                f"{speaker}: {content}",
-                group,
-                reference_time=when,
-                source_description=SOURCE,
-                name=role,
-                metadata=extra or None,
-            )
-            for role, speaker, content in _messages(messages)
-        ]
+        inputs = episode_inputs(
+            parse_messages(messages, skip_system=True), group, SOURCE, reference_time=when, metadata=extra
+        )
         if not inputs:
             return {"results": []}
         extract = bool(infer) and self._memory.llm is not None
@@ -186,7 +180,7 @@ class Memory:
         return new_id
 
     def _update_message(self, episode: Episode, text: str | None, changes: dict[str, Any]) -> str:
-        _, speaker, old_text = _message_parts(episode)
+        _, speaker, old_text = _parts(episode)
         before = self._metadata_of(episode, reserved=True)
         versions = [*before.get(_PREVIOUS, []), {"memory": old_text, "created_at": episode.created_at.isoformat()}]
         item = EpisodeInput(
@@ -309,13 +303,9 @@ class Memory:
             known_at=known_at,
             include_invalidated=show_expired,
         )
-        scored: list[tuple[float, Fact | Episode]] = [(hit.score, hit.record) for hit in found.facts]
-        scored += [
-            (hit.score, hit.record) for hit in found.episodes if hit.record.status is not EpisodeStatus.EXTRACTED
-        ]
+        scored = merged(found, keep=lambda episode: episode.status is not EpisodeStatus.EXTRACTED)
         if threshold is not None:
             scored = self._above(query, scored, threshold)
-        scored.sort(key=lambda pair: -pair[0])
         facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)])
         by_id = {item["id"]: item for item in facts}
         items = []
@@ -336,7 +326,7 @@ class Memory:
             return []
         events: list[dict[str, Any]] = []
         if isinstance(record, Episode):
-            text = _message_parts(record)[2]
+            text = _parts(record)[2]
             versions = [*self._metadata_of(record, reserved=True).get(_PREVIOUS, []), None]
             previous: str | None = None
             for version in versions:
@@ -448,7 +438,7 @@ class Memory:
         return items
 
     def _episode_item(self, episode: Episode) -> dict[str, Any]:
-        role, speaker, text = _message_parts(episode)
+        role, speaker, text = _parts(episode)
         item = _item(episode.id, text, episode.group_id, episode.created_at, episode.attributes.get("metadata", {}))
         return {
             **item,
@@ -554,41 +544,8 @@ def _when(timestamp: datetime | str | int | float | None) -> datetime | None:
     raise ValidationError(f"timestamp must be a datetime, an ISO-8601 string or Unix seconds, got {timestamp!r}")
 
 
-def _messages(messages: str | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
-    """(role, speaker, content) of each message to keep; system messages are skipped."""
-    if isinstance(messages, str):
-        listed: Iterable[Any] = [{"role": "user", "content": messages}]
-    elif isinstance(messages, Mapping):
-        listed = [messages]
-    elif isinstance(messages, Sequence):
-        listed = messages
-    else:
-        raise ValidationError(f"messages must be a string, a dict or a list of dicts, got {type(messages).__name__}")
-    out = []
-    for n, message in enumerate(listed):
-        if not isinstance(message, Mapping):
-            raise ValidationError(f"message {n} must be a dict with role and content, got {type(message).__name__}")
-        role, content = message.get("role", "user"), message.get("content")
-        if not isinstance(role, str) or not role.strip():
-            raise ValidationError(f"message {n}: role must be a non-empty string")
-        if role == "system":
-            continue
-        if not isinstance(content, str) or not content.strip():
-            raise ValidationError(f"message {n}: content must be a non-empty string")
-        name = message.get("name")
-        speaker = name.strip() if isinstance(name, str) and name.strip() else role.strip().title()
-        if ":" in speaker or "\n" in speaker:
-            raise ValidationError(f"message {n}: name {speaker!r} may not hold ':' or a newline")
-        out.append((role.strip(), speaker, content.strip()))
-    return out
-
-
-def _message_parts(episode: Episode) -> tuple[str, str, str]:
-    """(role, speaker, text) of a message episode this facade wrote; other episodes are their content."""
-    if episode.source_description != SOURCE:
-        return episode.name or "user", "", episode.content
-    speaker, _, text = episode.content.partition(": ")
-    return episode.name or "user", speaker, text
+def _parts(episode: Episode) -> Message:
+    return message_of(episode, SOURCE)
 
 
 def _item(record_id: str, text: str, group: str, created_at: datetime, metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,120 @@
+"""LangChain adapters (``pip install "tkg[langchain]"``): a chat message history kept as tkg episodes, and a
+retriever over tkg's hybrid search.
+
+>>> from tkg.compat.langchain import TkgChatMessageHistory, TkgRetriever     # doctest: +SKIP
+>>> history = TkgChatMessageHistory(memory, group_id="user-42")             # doctest: +SKIP
+>>> history.add_user_message("I moved to Lisbon in May.")                  # doctest: +SKIP
+>>> TkgRetriever(memory=memory, group_ids=["user-42"], k=4).invoke("where does the user live?")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from tkg.compat.hits import merged
+from tkg.compat.messages import episode_inputs, message_of, parse_messages
+from tkg.memory import Memory
+from tkg.models import Episode, Fact
+from tkg.search import SearchResults
+
+__all__ = ["TkgChatMessageHistory", "TkgRetriever", "documents"]
+
+#: The source description of the episodes the chat history writes.
+SOURCE = "langchain"
+_ROLES = {"human": "user", "ai": "assistant", "system": "system"}
+
+
+class TkgChatMessageHistory(BaseChatMessageHistory):
+    """The messages of one conversation, kept as episodes of ``group_id`` in a tkg memory. Each message added is
+    an episode (extracted into facts when the memory has an LLM, unless ``extract=False``), so the same memory
+    answers ``search`` and ``context`` over the conversation. ``clear`` removes this history's episodes (and
+    the facts only they support) and nothing else of the group."""
+
+    def __init__(self, memory: Memory, group_id: str, *, extract: bool | None = None) -> None:
+        self.memory = memory
+        self.group_id = group_id
+        self.extract = extract
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        return [_langchain_message(*message_of(e, SOURCE)) for e in self._episodes()]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        parsed = parse_messages([_plain(message) for message in messages])
+        if parsed:
+            self.memory.add_episodes(episode_inputs(parsed, self.group_id, SOURCE), extract=self.extract)
+
+    def clear(self) -> None:
+        for episode in self._episodes():
+            self.memory.remove_episode(episode.id)
+
+    def _episodes(self) -> list[Episode]:
+        if self.group_id not in self.memory.groups():
+            return []
+        return [e for e in self.memory.episodes(self.group_id) if e.source_description == SOURCE]
+
+
+class TkgRetriever(BaseRetriever):
+    """tkg's hybrid search as a LangChain retriever: the ``k`` best facts (and, with ``episodes``, messages) of
+    ``group_ids`` for a query, as :class:`Document` objects whose metadata holds the record's id, kind, score and
+    times. ``as_of`` / ``known_at`` read the memory at another time."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: Memory
+    group_ids: list[str] | None = None
+    k: int = 4
+    episodes: bool = True
+    as_of: datetime | None = None
+    known_at: datetime | None = None
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        targets = ("facts", "episodes") if self.episodes else ("facts",)
+        found = self.memory.search(
+            query, group_ids=self.group_ids, limit=self.k, targets=targets, as_of=self.as_of, known_at=self.known_at
+        )
+        return documents(found, self.k)
+
+
+def documents(found: SearchResults, k: int) -> list[Document]:
+    """The ``k`` best records of a search as documents, facts and episodes merged by score."""
+    return [_document(record, score) for score, record in merged(found)[:k]]
+
+
+def _document(record: Fact | Episode, score: float) -> Document:
+    meta: dict[str, Any] = {"id": record.id, "group_id": record.group_id, "score": score}
+    if isinstance(record, Fact):
+        meta |= {"kind": "fact", "valid_at": _iso(record.valid_at), "invalid_at": _iso(record.invalid_at)}
+        return Document(page_content=record.fact, metadata=meta)
+    meta |= {"kind": "episode", "reference_time": record.reference_time.isoformat()}
+    return Document(page_content=record.content, metadata=meta)
+
+
+def _plain(message: BaseMessage) -> dict[str, Any]:
+    role = message.role if isinstance(message, ChatMessage) else _ROLES.get(message.type, message.type)
+    content = message.content if isinstance(message.content, str) else message.text
+    return {"role": role, "content": content, "name": message.name}
+
+
+def _langchain_message(role: str, speaker: str, content: str) -> BaseMessage:
+    name = speaker if speaker and speaker != role.title() else None
+    if role == "user":
+        return HumanMessage(content=content, name=name)
+    if role == "assistant":
+        return AIMessage(content=content, name=name)
+    if role == "system":
+        return SystemMessage(content=content, name=name)
+    return ChatMessage(role=role, content=content, name=name)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
