@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import shared_data  # benchmarks/ is the script's own folder, first on sys.path
+import shared_data
+import turn_ranking  # benchmarks/ is the script's own folder, first on sys.path
 from measure import percentile
 
 ROOT = Path(__file__).resolve().parent
@@ -362,51 +363,17 @@ class Baselines:
     over the turns and over the session documents of one history."""
 
     def __init__(self, turns: Sequence[Turn], dataset: str, cache: EmbeddingCache) -> None:
-        import bm25s
-        import Stemmer
-
-        self._bm25s = bm25s
-        self._stem = Stemmer.Stemmer("english").stemWords
         self.turn_ids = [t.id for t in turns]
         self.session_ids, docs = session_docs(turns, _DOC_SEP[dataset])
-        self._turn_index = self._bm25([t.text for t in turns])
-        self._doc_index = self._bm25(docs)
+        self._turn_index = turn_ranking.bm25_index([t.text for t in turns])
+        self._doc_index = turn_ranking.bm25_index(docs)
         self._turn_vectors = cache.embed([t.text for t in turns])
         self._doc_vectors = cache.embed(docs)
         self._cache = cache
 
-    def _bm25(self, texts: Sequence[str]) -> Any:
-        index = self._bm25s.BM25()
-        index.index(
-            self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stem, show_progress=False),
-            show_progress=False,
-        )
-        return index
-
-    def _bm25_rank(self, index: Any, ids: Sequence[str], query: str) -> list[str]:
-        tokens = self._bm25s.tokenize(
-            [query], stopwords="en", stemmer=self._stem, return_ids=False, show_progress=False
-        )[0]
-        token_ids = index.get_tokens_ids(tokens)
-        if not token_ids:
-            return []
-        scores = index.get_scores_from_ids(token_ids)
-        order = np.argsort(-scores, kind="stable")
-        return [ids[i] for i in order if scores[i] > 0]
-
-    @staticmethod
-    def _dense_rank(vectors: npt.NDArray[np.float32], ids: Sequence[str], query: npt.NDArray[np.float32]) -> list[str]:
-        scores = np.einsum("ij,j->i", vectors, query)
-        return [ids[i] for i in np.argsort(-scores, kind="stable")]
-
-    @staticmethod
-    def _rrf(first: list[str], second: list[str], k: int = 60) -> list[str]:
-        scores: dict[str, float] = {}
-        for ranking in (first, second):
-            for rank, item in enumerate(ranking, start=1):
-                scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-        order = {item: i for i, item in enumerate(dict.fromkeys(first + second))}
-        return sorted(scores, key=lambda item: (-scores[item], order[item]))
+    _bm25_rank = staticmethod(turn_ranking.bm25_rank)
+    _dense_rank = staticmethod(turn_ranking.dense_rank)
+    _rrf = staticmethod(turn_ranking.rrf)
 
     def rank(self, query: str) -> dict[str, Ranking]:
         out: dict[str, Ranking] = {}

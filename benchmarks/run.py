@@ -85,6 +85,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         data="required",
         about="retrieval quality on LongMemEval_S and LoCoMo (MiniLM embeddings, cached)",
     ),
+    Benchmark(
+        "qa",
+        "bench_qa.py",
+        data="required",
+        about="question answering with an LLM endpoint; without one (the suite), the cost estimate",
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 

@@ -1,6 +1,6 @@
-"""Ending a fact by hand (Memory.invalidate_fact): non-lossy on both timelines, on every backend. The fact stays,
-"as of" before the end finds it, "known at" before the call sees it open, a fact it superseded comes back where
-the end uncovers it, and bad requests change nothing."""
+"""Ending a fact by hand (Memory.invalidate_fact), on every backend: the fact stays, "as of" before the end finds
+it, each change is recorded with the end it replaced, a restatement it covered holds again where the end uncovers
+it, and bad requests change nothing."""
 
 from __future__ import annotations
 
@@ -58,17 +58,19 @@ def test_an_ended_fact_keeps_its_history(setup: tuple[Memory, FixedClock]) -> No
     assert "Ann works at Acme" not in current(memory)
     assert "Ann works at Acme" in current(memory, as_of="2022-01-01T00:00:00Z")
     assert "Ann works at Acme" not in current(memory, as_of="2023-06-01T00:00:00Z")
-    # what the memory knew before the call: the fact open, now and then
-    assert "Ann works at Acme" in current(memory, known_at="2024-05-01T00:00:00Z")
-    assert "Ann works at Acme" in current(memory, known_at="2024-05-01T00:00:00Z", as_of="2023-06-01T00:00:00Z")
     assert "Ann works at Acme" in current(memory, include_invalidated=True)
     assert len(memory.records(Kind.FACT, "g")) == 3  # nothing deleted
 
-    # a second, earlier end is a second entry; each known_at sees the end known then
+    # a second, earlier end is a second entry, naming the end it replaced
     clock.set("2024-07-01T00:00:00Z")
-    memory.invalidate_fact(acme.id, at="2022-06-01T00:00:00Z")
-    assert "Ann works at Acme" in current(memory, known_at="2024-06-15T00:00:00Z", as_of="2023-01-01T00:00:00Z")
+    memory.invalidate_fact(acme.id, at="2022-06-01T00:00:00Z", note={"why": "user correction"})
     assert "Ann works at Acme" not in current(memory, as_of="2023-01-01T00:00:00Z")
+    assert "Ann works at Acme" in current(memory, as_of="2022-01-01T00:00:00Z")
+    entries = memory.get(Kind.FACT, acme.id).attributes[ENDED_BY_HAND]  # type: ignore[union-attr]
+    assert [(e["previous_end"], e.get("note")) for e in entries] == [
+        (None, None),
+        ("2023-03-01T00:00:00+00:00", {"why": "user correction"}),
+    ]
 
 
 def test_a_restatement_after_the_end_holds_again(setup: tuple[Memory, FixedClock]) -> None:
@@ -91,7 +93,7 @@ def test_a_restatement_after_the_end_holds_again(setup: tuple[Memory, FixedClock
     rome = next(f for f in memory.get_all("g") if f.fact == "Ann lives in Rome")
     memory.invalidate_fact(rome.id, at="2023-01-01T00:00:00Z")
     assert not {"Ann lives in Rome", "Ann lives in Oslo"} & current(memory)
-    assert "Ann lives in Rome" in current(memory, known_at="2024-05-01T00:00:00Z")
+    assert "Ann lives in Rome" in current(memory, as_of="2022-06-01T00:00:00Z")
 
 
 def test_bad_requests_change_nothing(setup: tuple[Memory, FixedClock], tmp_path: Path) -> None:
@@ -121,5 +123,5 @@ def test_the_end_survives_a_reopen(tmp_path: Path) -> None:
     reopened = Memory.open(path, embedder=EMB, clock=clock)
     assert reopened.get_all("g") == []
     assert [f.invalid_at for f in reopened.get_all("g", include_invalidated=True)] == [t("2024-02-01")]
-    assert current(reopened, known_at="2024-01-15T00:00:00Z") == {"Ann works at Acme"}
+    assert current(reopened, as_of="2024-01-15T00:00:00Z") == {"Ann works at Acme"}
     reopened.close()

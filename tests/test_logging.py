@@ -56,7 +56,8 @@ def test_the_command_line_logs_at_its_level_and_leaves_logging_as_it_was(
     args = ["ingest", str(lines), "--snapshot", str(snap), "--embedder", "hash", "--no-llm"]
     assert main(args) == 0
     assert "tkg.ingest" not in capsys.readouterr().err  # default: errors only, which the command reports itself
-    assert main([*args, "--log-level", "debug"]) == 0
+    again = ["ingest", str(lines), "--store", str(tmp_path / "m2.tkg"), "--embedder", "hash", "--no-llm"]
+    assert main([*again, "--log-level", "debug"]) == 0  # another memory: a re-run into the same one adds nothing
     err = capsys.readouterr().err
     assert "DEBUG tkg.ingest: episode" in err
     assert not logging.getLogger("tkg").handlers and logging.getLogger("tkg").level == logging.NOTSET

@@ -329,6 +329,30 @@ def test_bulk_ingestion_reports_failures_per_episode() -> None:
         memory.add_episodes([{"content": "a: b", "episode_id": "x"}, {"content": "c: d", "episode_id": "x"}])
 
 
+def test_a_batch_that_adds_failed_episodes_again_shows_each_once_as_context() -> None:
+    """Episodes stored as failed and added again in one batch (a resumed import): each extraction prompt sees the
+    episodes before it once, exactly as a batch that never failed does."""
+
+    def broken(prompt: Any, model: type[BaseModel]) -> Any:
+        raise LLMError("HTTP 503: down")
+
+    texts = [f"Ann: note {n}." for n in range(5)]
+    items = [
+        {"content": t, "episode_id": f"e{n}", "reference_time": f"2024-01-0{n + 1}T00:00:00Z"}
+        for n, t in enumerate(texts)
+    ]
+    memory = make(ScriptedLLM(handler=broken))
+    assert {r.status.value for r in memory.add_episodes(items)} == {"failed"}
+    retried = ScriptedLLM(handler=lambda prompt, model: RulesLLM().generate(prompt, model))
+    memory.llm = retried
+    assert {r.status.value for r in memory.add_episodes(items)} == {"extracted"}
+    clean = ScriptedLLM(handler=lambda prompt, model: RulesLLM().generate(prompt, model))
+    make(clean).add_episodes(items)
+    shown = [p.inputs["previous"] for p in retried.calls if p.name == "extract_graph"]
+    assert shown == [p.inputs["previous"] for p in clean.calls if p.name == "extract_graph"]
+    assert all(len(set(previous)) == len(previous) for previous in shown)
+
+
 def test_episode_results_report_tokens_and_time() -> None:
     memory = make(RulesLLM())
     result = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g")

@@ -136,7 +136,9 @@ class Ingestor:
                 break
             want *= 2
         pending = [e for e in earlier if e.group_id == episode.group_id and e.reference_time <= episode.reference_time]
-        merged = [e for e in stored if e.id != episode.id] + pending
+        # a failed episode the batch adds again is stored too: shown once, as the batch has it
+        replaced = {e.id for e in pending} | {episode.id}
+        merged = [e for e in stored if e.id not in replaced] + pending
         merged.sort(key=lambda e: e.reference_time)  # stable: stored first, then batch order
         return merged[-n:]
 

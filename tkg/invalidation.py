@@ -73,16 +73,6 @@ def end_by_hand(fact: Fact, at: datetime, now: datetime, note: Mapping[str, Any]
     return evolve(fact, invalid_at=at, attributes=attributes)
 
 
-def own_end_known(fact: Fact, known_at: datetime) -> datetime | None:
-    """The fact's own end as the memory knew it at ``known_at``: an end given by hand later is not yet known."""
-    end = own_end(fact)
-    for entry in reversed(fact.attributes.get(ENDED_BY_HAND, ())):
-        if datetime.fromisoformat(entry["recorded_at"]) <= known_at:
-            break
-        end = datetime.fromisoformat(entry["previous_end"]) if entry["previous_end"] else None
-    return end
-
-
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 

@@ -389,10 +389,11 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         self, fact_id: str, at: datetime | str | None = None, *, note: Mapping[str, Any] | None = None
     ) -> Fact:
         """End a fact by hand: it stops holding at ``at`` (default now; a datetime or an ISO-8601 string with an
-        offset). Nothing is deleted: the fact stays with its new end, ``as_of`` before ``at`` still finds it, and
-        ``known_at`` before this call sees the fact as it was (the change and the end it replaced are recorded
-        in ``fact.attributes["tkg.ended_by_hand"]``, with ``note``: JSON values saying why, e.g. the fact that
-        replaces it). The facts it superseded or restated are settled again.
+        offset). Nothing is deleted: the fact stays with its new end, and ``as_of`` before ``at`` still finds it.
+        The change is recorded in ``fact.attributes["tkg.ended_by_hand"]`` (when, the end it replaced, and
+        ``note``: JSON values saying why, e.g. the fact that replaces it); the new end is the fact's own from then
+        on, ``known_at`` views included (one level of transaction history is kept per fact). The facts it
+        superseded or restated are settled again.
 
         Raises :class:`NotFoundError` for an unknown id and :class:`ValidationError` for ``at`` before the fact
         starts or a fact that already ends by then; nothing is written in either case. Returns the fact as

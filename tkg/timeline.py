@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from tkg.errors import ValidationError
-from tkg.invalidation import own_end_known
 from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id
 from tkg.timeutil import optional_utc, to_utc
 
@@ -145,10 +144,11 @@ class Scope:
 
 def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's end as the memory knew it at ``known_at``: a supersession learnt later is not yet known, so the
-    fact ends where it ended before that (its own end, or open), and so is an end given by hand later
-    (:func:`tkg.invalidation.own_end_known`)."""
-    if fact.invalidated_by is None or (fact.expired_at is not None and fact.expired_at > known_at):
-        return own_end_known(fact, known_at)
+    fact ends where it ended before that (``prior_invalid_at``: its own end, or open). An end given by hand
+    (:meth:`tkg.Memory.invalidate_fact`) is the fact's own end from then on, at every ``known_at``: one level of
+    transaction history is kept per fact, and the record of that change is in its attributes."""
+    if fact.expired_at is not None and fact.expired_at > known_at:
+        return fact.prior_invalid_at
     return fact.invalid_at
 
 

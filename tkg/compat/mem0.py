@@ -15,7 +15,7 @@ What a Mem0 user should know (the README's "Coming from Mem0" has the full table
 * **Scopes**: ``user_id`` / ``agent_id`` / ``run_id`` name one tkg group per combination (:mod:`.mem0_filters`);
   a read covers every group that includes the ids it names.
 * **Nothing is lost where Mem0 would lose it**: ``delete`` and ``update`` of a fact end it (``history`` keeps it,
-  and ``as_of`` / ``known_at`` on :attr:`Memory.tkg` still find it); a contradiction ends the older fact instead
+  and ``as_of`` on :attr:`Memory.tkg` and ``show_expired`` still find it); a contradiction ends the older fact instead
   of overwriting it (reported as ``DELETE`` with ``invalid_at``); ``update`` adds the new text as a new fact with a
   new id, linked to the old one. ``delete_all`` and ``reset`` erase whole scopes (privacy requests), as in Mem0;
   ``delete`` of a kept message erases that message.
