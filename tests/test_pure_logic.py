@@ -75,6 +75,9 @@ def test_names_relations_speakers():
     assert relation_name("works at") == "WORKS_AT" and relation_name("!!") == "RELATES_TO"
     assert relation_name("3 times") == "R_3_TIMES"
     assert speaker_of("Caroline: hey!") == "Caroline" and speaker_of("no speaker here") is None
+    assert speaker_of("Dr. Zoë Martin: hello") == "Dr. Zoë Martin" and speaker_of("assistant: hi") == "assistant"
+    for label in ("Note: the meeting moved", "TODO: buy milk", "Step 2: boil water", "PS: bring snacks", "10: ten"):
+        assert speaker_of(label) is None, label
 
 
 def _fact(**kw) -> Fact:

@@ -24,12 +24,31 @@ from tkg.time_phrases import find_time_phrases
 from tkg.timeutil import to_utc
 
 _SPEAKER = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
+#: Words that label a line rather than name who says it ("Note: the meeting moved"): never a speaker.
+LABELS = frozenset(
+    {
+        "note", "notes", "nb", "ps", "p.s.", "fyi", "todo", "to do", "to-do", "reminder", "warning", "caution",
+        "important", "tip", "hint", "update", "edit", "summary", "tl;dr", "tldr", "example", "e.g", "i.e",
+        "question", "answer", "q", "a", "re", "subject", "title", "date", "time", "location", "status", "result",
+        "results", "source", "sources", "context", "background", "goal", "goals", "task", "tasks",
+        "step", "action", "agenda", "output", "input", "error", "info", "details", "description", "definition",
+    }
+)  # fmt: skip
 
 
 def speaker_of(content: str) -> str | None:
-    """The speaker of a ``"Speaker: text"`` message, if it has one."""
+    """The speaker of a ``"Speaker: text"`` message, if it has one. A label (``Note:``, ``TODO:``, ``Step 2:``, a
+    URL scheme, a time of day) is not a speaker."""
     match = _SPEAKER.match(content)
-    return match.group(1).strip() if match else None
+    if not match:
+        return None
+    speaker = match.group(1).strip()
+    folded = speaker.casefold()
+    if folded in LABELS or folded.split(" ", 1)[0] in {"step", "part", "section", "chapter", "item", "question"}:
+        return None
+    if not any(c.isalpha() for c in speaker):  # "10", "2024-05-01"
+        return None
+    return speaker
 
 
 @dataclass(slots=True)
