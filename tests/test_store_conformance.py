@@ -244,3 +244,27 @@ def test_episode_as_of_hides_later_episodes(make_store):
     store.write(WriteBatch(puts=[episode(1, t=1, text="lunch with Ann"), episode(2, t=10, text="lunch with Bo")]))
     hits = store.text_search(Kind.EPISODE, "lunch", 5, scope(as_of=T0 + 5 * DAY))
     assert [h.id for h in hits] == ["ep1"]
+
+
+class _Turned:
+    """An embedder double with two exactly orthogonal directions whose float32 products are not exactly 0
+    ((0.6, 0.8) and (0.8, -0.6)); any other text points elsewhere."""
+
+    name, dim = "turned-4", 4
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        known = {"north": [0.6, 0.8, 0.0, 0.0], "east": [0.8, -0.6, 0.0, 0.0]}
+        return np.asarray([known.get(t.split()[-1].lower(), [0.0, 0.0, 1.0, 0.0]) for t in texts], dtype=np.float32)
+
+
+def test_an_orthogonal_record_is_found_alike_on_every_backend(make_store):
+    """Cosine 0 is at the default floor (min_similarity 0): kept on every backend, though pgvector returns
+    1 - distance a hair below 0 where the in-memory backend computes 0.0 exactly."""
+    from tkg import FactInput, Memory, SearchConfig, TargetConfig
+
+    turned = _Turned()
+    memory = Memory(make_store(turned.dim), embedder=turned)
+    memory.add_facts([FactInput("Ann", "FACES", "East", fact="Ann faces east")], group_id="g")
+    cosine_only = SearchConfig(facts=TargetConfig(methods=("cosine",)))
+    found = memory.search("north", group_ids=["g"], config=cosine_only, targets=("facts",))
+    assert [r.record.fact for r in found.facts] == ["Ann faces east"]

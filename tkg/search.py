@@ -120,13 +120,20 @@ def _check_visible(store: Store, scope: Scope, entity_id: str, what: str) -> Non
         raise NotFoundError(f"{what} {entity_id!r} does not exist in the searched groups at the searched time")
 
 
+#: How far below ``min_similarity`` a cosine may come and still count as reaching it: float32 rounding, which
+#: differs between backends (pgvector computes a distance, 1 - cosine), must not decide what is found.
+COSINE_TOLERANCE = 1e-6
+
+
 # -- φ: candidates --------------------------------------------------------------------------------------------
 def _rank(run: _Search, target: str, kind: Kind, config: TargetConfig) -> list[Hit]:
     lists: dict[Method, list[Hit]] = {}
     fetch = config.fetch
     if Method.COSINE in config.methods:
         hits = run.store.vector_search(kind, run.vector, fetch, run.scope)
-        lists[Method.COSINE] = [h for h in hits if h.score >= config.min_similarity]
+        # compared with a float32 tolerance: an orthogonal record scores 0.0 in one backend and -1e-8 in another
+        floor = config.min_similarity - COSINE_TOLERANCE
+        lists[Method.COSINE] = [h for h in hits if h.score >= floor]
     if Method.BM25 in config.methods:
         lists[Method.BM25] = run.store.text_search(kind, run.query, fetch, run.scope)
     if Method.BFS in config.methods:
