@@ -12,8 +12,9 @@ from a pool three times the run, so a few repeat) through ``Memory.add_episode``
     python benchmarks/bench_hot_entity.py --quick        # 200 and 400 facts (seconds)
     python benchmarks/bench_hot_entity.py                # 1,000, 2,000 and 5,000 facts
     python benchmarks/bench_hot_entity.py --sizes 1000,10000
+    python benchmarks/bench_hot_entity.py --backends memory,postgres   # also on PostgreSQL (an embedded server)
 
-Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size.
+Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size, on every backend.
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ P50_LIMIT_MS = 5.0
 P95_LIMIT_MS = 10.0
 
 
-def run(sizes: list[int], block: int, seed: int = 3) -> list[dict[str, Any]]:
+def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[dict[str, Any]]:
+    """One run on ``store`` (default: a new in-memory store); the same seed gives the same episodes."""
     rng = random.Random(seed)
     llm = Timed(RulesLLM())
     memory = Memory(
+        store,
         embedder=HashEmbedder(),
         llm=llm,
         clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
@@ -82,33 +85,47 @@ def run(sizes: list[int], block: int, seed: int = 3) -> list[dict[str, Any]]:
     return rows
 
 
-def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    table = {
-        "title": "One user entity accumulating facts: engine time per episode (in-memory backend, RulesLLM)",
-        "columns": ["episodes", "facts of the user entity", "engine p50 ms", "engine p95 ms", "engine max ms"],
-        "rows": [[r["episodes"], r["user_facts"], r["p50_ms"], r["p95_ms"], r["max_ms"]] for r in rows],
-        "notes": [
-            "engine time = wall time of add_episode minus the time inside the LLM double; each row: the last "
-            f"{rows[0]['block'] if rows else 0} episodes before that size",
-        ],
-    }
+def contract(by_backend: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    tables, series, targets = [], {}, []
+    x: list[int] = []
+    for backend, rows in by_backend.items():
+        tables.append(
+            {
+                "title": f"One user entity accumulating facts: engine time per episode ({backend} backend, RulesLLM)",
+                "columns": ["episodes", "facts of the user entity", "engine p50 ms", "engine p95 ms", "engine max ms"],
+                "rows": [[r["episodes"], r["user_facts"], r["p50_ms"], r["p95_ms"], r["max_ms"]] for r in rows],
+                "notes": [
+                    "engine time = wall time of add_episode minus the time inside the LLM double; each row: the last "
+                    f"{rows[0]['block'] if rows else 0} episodes before that size",
+                ],
+            }
+        )
+        x = x or [r["user_facts"] for r in rows]
+        series[f"{backend} p50"] = [r["p50_ms"] for r in rows]
+        series[f"{backend} p95"] = [r["p95_ms"] for r in rows]
+        for r in rows:
+            at = f"{r['user_facts']:,} facts ({backend})"
+            targets.append(render.target(f"engine p50 < 5 ms at {at}", r["p50_ms"], P50_LIMIT_MS, "ms"))
+            targets.append(render.target(f"engine p95 < 10 ms at {at}", r["p95_ms"], P95_LIMIT_MS, "ms"))
     plot = {
         "file": "hot_entity_engine_ms.png",
         "title": "Engine time per episode as one entity accumulates facts",
         "x_label": "facts of the user entity",
         "y_label": "ms per episode",
-        "x": [r["user_facts"] for r in rows],
-        "series": {"p50": [r["p50_ms"] for r in rows], "p95": [r["p95_ms"] for r in rows]},
+        "x": x,
+        "series": series,
     }
-    targets = []
-    for r in rows:
-        targets.append(
-            render.target(f"engine p50 < 5 ms at {r['user_facts']:,} facts", r["p50_ms"], P50_LIMIT_MS, "ms")
-        )
-        targets.append(
-            render.target(f"engine p95 < 10 ms at {r['user_facts']:,} facts", r["p95_ms"], P95_LIMIT_MS, "ms")
-        )
-    return {"tables": [table], "plots": [plot], "targets": targets}
+    return {"tables": tables, "plots": [plot], "targets": targets}
+
+
+def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
+    print(f"-- {backend} backend", flush=True)
+    if backend == "memory":
+        return run(sizes, block)
+    from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
+
+    with EmbeddedPostgres() as server, PostgresStore(server.dsn, dim=HashEmbedder().dim, schema="hot") as store:
+        return run(sizes, block, store=store)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200 and 400 episodes")
     parser.add_argument("--sizes", default="1000,2000,5000", help="comma-separated episode counts")
     parser.add_argument("--block", type=int, default=200, help="episodes measured before each size")
+    parser.add_argument("--backends", default="memory", help="comma-separated: memory, postgres (default memory)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "hot_entity.json", help="where the JSON goes")
     args = parser.parse_args(argv)
     sizes = [200, 400] if args.quick else sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -124,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     info = bench_core.machine()
-    rows = run(sizes, args.block)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or set(backends) - {"memory", "postgres"}:
+        parser.error("--backends takes memory and/or postgres")
+    by_backend = {backend: run_on(backend, sizes, args.block) for backend in backends}
     payload = {
         "bench": "hot_entity",
         "command": render.command_line(),
@@ -132,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         "args": render.plain_args(args),
         "started": started_at,
         "seconds": time.perf_counter() - started,
-        **contract(rows),
-        "results": rows,
+        **contract(by_backend),
+        "results": by_backend,
     }
     render.write_result(args.out, payload)
     return 0
