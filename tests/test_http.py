@@ -306,6 +306,18 @@ def test_every_endpoint(service: Service) -> None:
     again = c.delete(f"/v1/episodes/{episode_id}", headers=auth(KEY_DEMO))
     assert again.status_code == 404
 
+    # ending a fact: not deleted, found as of before the end, refused for a time without offset
+    found = c.post("/v1/facts/search", json={"query": "Where does Alice work?"}, headers=auth(KEY_DEMO)).json()
+    globex = next(f for f in found["facts"] if f["target"] == "Globex")
+    path = f"/v1/facts/{globex['id']}/invalidate"
+    assert c.post(path, json={"at": "2024-06-10T00:00:00"}, headers=auth(KEY_DEMO)).status_code == 422
+    ended = call("POST", "/v1/facts/{fact_id}/invalidate", path, json={"at": "2024-06-10T00:00:00Z"},
+                 headers=auth(KEY_DEMO))  # fmt: skip
+    assert ended.status_code == 200 and ended.json()["invalid_at"] == "2024-06-10T00:00:00Z"
+    assert works({}) == set() and works({"as_of": "2024-06-01T00:00:00Z"}) == {"Globex"}
+    assert c.post(path, headers=auth(KEY_DEMO)).status_code == 422  # already ended: nothing to end
+    assert c.post(path, headers=auth(KEY_BETA)).status_code == 404  # another tenant's fact is nowhere
+
     # a key with several groups names the one it writes to; a key whose group holds nothing reads empty
     unnamed = c.post("/v1/episodes", json={"content": "Eve: hi"}, headers=auth(KEY_BOTH))
     assert unnamed.status_code == 422 and "name the group_id" in unnamed.json()["detail"]
@@ -643,14 +655,14 @@ def test_no_key_reaches_another_tenant(service: Service, key: str, victim: str, 
     answers only the caller's own data. Nothing of the other tenant appears in any answer, and nothing changes."""
     spec = service.client.get("/openapi.json").json()
     before = service.state()
-    ids = {"episode": service.ids("episode", victim)[0], "entity": service.ids("entity", victim)[0]}
-    nowhere = {"episode": "f" * 32, "entity": "e" * 32}
+    ids = {kind: service.ids(kind, victim)[0] for kind in ("episode", "entity", "fact")}
+    nowhere = {"episode": "f" * 32, "entity": "e" * 32, "fact": "d" * 32}
     operations = [(m, p, op) for m, p, op in openapi_operations(service) if op.get("security")]
     assert len(operations) >= 10
     for method, path, op in operations:
         aimed = _probe(spec, method, path, op, victim, ids)
         unknown = _probe(spec, method, path, op, "nobody", nowhere)
-        plain = _probe(spec, method, path, op, "", {"episode": "x", "entity": "x"})
+        plain = _probe(spec, method, path, op, "", {"episode": "x", "entity": "x", "fact": "x"})
         names_something = aimed != plain
         r_aimed = service.client.request(**aimed, headers=auth(key))
         r_unknown = service.client.request(**unknown, headers=auth(key))
@@ -658,7 +670,9 @@ def test_no_key_reaches_another_tenant(service: Service, key: str, victim: str, 
             text = response.text
             assert not any(s in text for s in secrets), (method, path, text)
             # an id the request named may be echoed in the 404; no other record id of the victim may appear
-            others = set(service.ids("episode", victim) + service.ids("entity", victim)) - set(ids.values())
+            others = {i for kind in ("episode", "entity", "fact") for i in service.ids(kind, victim)} - set(
+                ids.values()
+            )
             assert not any(i in text for i in others), (method, path, text)
         if names_something:
             assert r_aimed.status_code == 404, (method, path, aimed, r_aimed.text)

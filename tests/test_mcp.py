@@ -31,6 +31,7 @@ TOOLS = {
     "list_episodes",
     "get_episode",
     "delete_episode",
+    "invalidate_fact",
     "entity_history",
     "list_groups",
     "episode_status",
@@ -256,6 +257,13 @@ def test_stdio_every_tool(tmp_path: Path) -> None:
         }
         fetched = data(await client.call_tool("get_episode", {"episode_id": text["episode"]["id"]}))
         assert fetched["content"] == "Quarterly notes about Initech." and fetched["source"] == "text"
+        dana = next(f for f in found["facts"] if f["target"] == "Initech")
+        ended = data(await client.call_tool("invalidate_fact", {"fact_id": dana["id"], "at": "2024-07-01T00:00:00Z"}))
+        assert ended["invalid_at"] == "2024-07-01T00:00:00Z"
+        assert "already ends" in error_text(await client.call_tool("invalidate_fact", {"fact_id": dana["id"]}))
+        assert "no UTC offset" in error_text(
+            await client.call_tool("invalidate_fact", {"fact_id": dana["id"], "at": "2024-07-01T00:00:00"})
+        )
 
         removed = data(await client.call_tool("delete_episode", {"episode_id": facts["episode"]["id"]}))
         assert removed["deleted_facts"] == [facts["facts"][0]["id"]]
@@ -276,6 +284,7 @@ def test_stdio_server_limited_to_one_group(tmp_path: Path) -> None:
     memory.save(snapshot)
     beta_episode = next(e.id for e in memory.records("episode", "beta"))
     beta_entity = next(e.id for e in memory.records("entity", "beta"))
+    beta_fact = next(f.id for f in memory.records("fact", "beta"))
     before = snapshot.read_bytes()
 
     async def scenario(client: Client) -> None:
@@ -295,13 +304,14 @@ def test_stdio_server_limited_to_one_group(tmp_path: Path) -> None:
             ("list_episodes", {"group_ids": ["beta"]}),
             ("get_episode", {"episode_id": beta_episode}),
             ("delete_episode", {"episode_id": beta_episode}),
+            ("invalidate_fact", {"fact_id": beta_fact}),
             ("entity_history", {"entity_id": beta_entity}),
             ("episode_status", {"episode_id": beta_episode}),
             ("add_episode", {"content": "Eve: hello", "group_id": "beta"}),
             ("add_facts", {"facts": [{"subject": "E", "relation": "R", "object": "F"}], "group_id": "beta"}),
         ]:
             message = error_text(await client.call_tool(tool, arguments))
-            assert "not found" in message or "no episode" in message or "no entity" in message, (tool, message)
+            assert any(s in message for s in ("not found", "no episode", "no entity", "no fact")), (tool, message)
             assert BETA_MARKER not in message
         # naming a group that exists nowhere reads exactly like naming beta
         unknown = error_text(await client.call_tool("search_facts", {"query": "x", "group_ids": ["gamma"]}))

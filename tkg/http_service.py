@@ -71,6 +71,7 @@ from tkg.wire_shapes import (
     EpisodeListOut,
     EpisodeOut,
     ErrorOut,
+    FactOut,
     GroupsOut,
     HistoryOut,
     IngestionOut,
@@ -133,6 +134,12 @@ class AddFactsIn(_In):
     reference_time: Timestamp = Field(
         None, description="When these facts were stated; a fact without valid_at holds from here. Default: now."
     )
+
+
+class InvalidateIn(_In):
+    """When a fact stopped holding."""
+
+    at: Timestamp = Field(None, description="When the fact stopped holding (ISO-8601 with offset). Default: now.")
 
 
 # The search and context bodies' field names are those of ScopedMemory.search / .context: handlers pass them on
@@ -387,6 +394,12 @@ def create_app(
         """Add subject-relation-object facts with no LLM. They are kept as one JSON episode (their provenance):
         deleting that episode removes them again."""
         return scoped.add_facts(body.facts, group_id=body.group_id, reference_time=body.reference_time)
+
+    @app.post("/v1/facts/{fact_id}/invalidate", tags=["facts"], summary="End a fact", responses=_ERRORS | _BAD_JSON)
+    def invalidate_fact(fact_id: IdInPath, scoped: Caller, body: InvalidateIn | None = None) -> FactOut:
+        """End a fact: it no longer holds from `at` (default now). Nothing is deleted: a search `as_of` an earlier
+        time still finds it, and its history keeps the change. Returns the fact as stored now."""
+        return scoped.invalidate_fact(fact_id, at=body.at if body is not None else None)
 
     @app.post("/v1/facts/search", tags=["search"], summary="Search facts", responses=_ERRORS | _BAD_JSON)
     def search_facts(body: FactSearchIn, scoped: Caller) -> SearchOut:

@@ -54,6 +54,7 @@ from tkg.wire_requests import (
 from tkg.wire_shapes import (
     EpisodeListOut,
     EpisodeOut,
+    FactOut,
     GroupsOut,
     HistoryOut,
     IngestionOut,
@@ -108,6 +109,10 @@ _SourceDescription = Annotated[str, Field(max_length=500, description="Where it 
 _Title = Annotated[str, Field(max_length=500, description="An optional title.")]
 _EpisodeId = Annotated[RecordId, Field(description="Id of an episode, as returned by add_episode or list_episodes.")]
 _EntityId = Annotated[RecordId, Field(description="Id of an entity, as returned by search_entities or in a fact.")]
+_FactId = Annotated[RecordId, Field(description="Id of a fact, as returned by search_facts or entity_history.")]
+_EndedAt = Annotated[
+    Timestamp, Field(description="When the fact stopped holding (ISO-8601 with offset); omitted: now.")
+]
 
 
 def _require_mcp() -> Any:
@@ -354,6 +359,16 @@ def create_server(
         facts it had ended hold again, entities nothing else mentions are deleted. Returns the ids of what
         changed. Cannot be undone."""
         return run(lambda: scoped.delete_episode(episode_id))
+
+    @server.tool(
+        title="End a fact",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    def invalidate_fact(fact_id: _FactId, at: _EndedAt = None) -> FactOut:
+        """Say that a fact no longer holds, from `at` (default now): for a user's correction ("I left that job").
+        Nothing is deleted: searches as of an earlier time still find it, and entity_history shows the change.
+        Returns the fact with its new invalid_at."""
+        return run(lambda: scoped.invalidate_fact(fact_id, at))
 
     @server.tool(title="Entity history", annotations=reading)
     def entity_history(entity_id: _EntityId) -> HistoryOut:

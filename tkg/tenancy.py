@@ -50,6 +50,7 @@ from tkg.wire_shapes import (
     ContextOut,
     EpisodeListOut,
     EpisodeOut,
+    FactOut,
     GroupOut,
     GroupsOut,
     HistoryOut,
@@ -300,6 +301,14 @@ class ScopedMemory:
         are reverted, orphaned entities go)."""
         episode = self._owned(Kind.EPISODE, episode_id)
         return removal_out(self._write(lambda: self.memory.remove_episode(episode.id)))
+
+    def invalidate_fact(self, fact_id: object, at: object = None) -> FactOut:
+        """End a fact: it no longer holds from ``at`` (default now). Nothing is deleted: searches "as of" an
+        earlier time still find it, and its history keeps the change."""
+        fact = self._owned(Kind.FACT, fact_id)
+        when = parse_time(at, "at")
+        ended = self._write(lambda: self.memory.invalidate_fact(fact.id, at=when))
+        return fact_out(ended, entity_names(self.memory, [ended]))
 
     # -- reads -------------------------------------------------------------------------------------------
     def search(
