@@ -21,7 +21,7 @@ from tkg import FixedClock, HashEmbedder, Ontology, RelationType
 from tkg import Memory as TkgMemory
 from tkg.compat.mem0 import Memory, MemoryNotFoundError
 from tkg.compat.mem0_filters import matches, scope_group, scope_of
-from tkg.errors import ValidationError
+from tkg.errors import EmbeddingError, ValidationError
 from tkg.llm.rules import RulesLLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,6 +204,25 @@ def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
     assert m.get(memory_id)["memory"] == "I love India, it is my favorite country."  # a refused update: unchanged
     m.delete(memory_id)
     assert m.get(memory_id) is None
+
+
+def test_an_update_the_embedder_refuses_leaves_the_message() -> None:
+    class Flaky(HashEmbedder):
+        broken = False
+
+        def embed(self, texts: Any) -> Any:
+            if self.broken:
+                raise EmbeddingError("the embedding service is down")
+            return super().embed(texts)
+
+    embedder = Flaky(dim=64)
+    m = Memory(memory=TkgMemory(embedder=embedder, clock=FixedClock("2024-05-01T00:00:00Z")))
+    memory_id = m.add("I love India.", user_id="u")["results"][0]["id"]
+    embedder.broken = True
+    with pytest.raises(EmbeddingError):
+        m.update(memory_id, text="I love Peru.")
+    embedder.broken = False
+    assert m.get(memory_id)["memory"] == "I love India."
 
 
 def test_bad_calls_are_refused_with_tkg_errors() -> None:

@@ -192,7 +192,11 @@ class Memory:
             episode_id=episode.id,
             metadata={**self._metadata_of(episode), **changes, _PREVIOUS: versions},
         )
-        make_episode(item, self._memory.config, self._memory.clock.now())  # checked before the old one goes
+        # Checked, and embedded once, before the old one goes: a bad text or an embedder that fails leaves the
+        # message as it was. (The removal and the new version are two writes; facts are updated the other way
+        # round, the new version first.)
+        make_episode(item, self._memory.config, self._memory.clock.now())
+        self._memory.embedder.embed([str(item.content)])
         self._memory.remove_episode(episode.id)
         return self._memory.add_episodes([item], extract=False)[0].episode.id
 
