@@ -15,7 +15,7 @@ from tkg import FactInput, FixedClock, HashEmbedder, Memory, ScriptedLLM
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import ConfigurationError, SnapshotError, SnapshotFormatError, SnapshotVersionError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention
-from tkg.snapshot import MAGIC, open_snapshot, read, save
+from tkg.snapshot import MAGIC, open_snapshot, read, read_meta, save
 from tkg.storage import WriteBatch
 
 EMB = HashEmbedder(dim=16)
@@ -140,6 +140,7 @@ def test_memory_save_load_round_trip_and_search(tmp_path):
     loaded = Memory.load(path, embedder=HashEmbedder(dim=16), clock=FixedClock("2024-05-02T00:00:00Z"))
     assert loaded.stats()["records"] == memory.stats()["records"]
     assert loaded.search("Alice Acme", group_ids=["g"]).facts[0].record.fact == "Alice works at Acme"
+    assert read_meta(path) == read(path)[0] and read_meta(path)["dim"] == 16  # from the table of contents alone
 
 
 @pytest.mark.parametrize(
@@ -160,6 +161,8 @@ def test_bad_files_raise_clear_errors_and_change_nothing(tmp_path, mangle, error
     before = bad.read_bytes()
     with pytest.raises(error):
         Memory.load(bad, embedder=HashEmbedder(dim=16))
+    with pytest.raises(error):
+        read_meta(bad)
     assert bad.read_bytes() == before
     assert memory.search("Alice", group_ids=["g"]).facts  # the live memory is untouched
 

@@ -18,7 +18,7 @@ from tkg.backends.memory import InMemoryStore
 from tkg.backends.memory.persist import export_indexes
 from tkg.errors import SnapshotFormatError
 from tkg.models import Entity, Fact, Kind
-from tkg.snapshot import MAGIC, TRAILER, open_snapshot, read, save, write_v1
+from tkg.snapshot import MAGIC, TRAILER, open_snapshot, read, read_meta, save, write_v1
 from tkg.storage import WriteBatch
 from tkg.timeline import make_scope
 
@@ -213,6 +213,7 @@ def test_format_1_snapshots_still_load(tmp_path):
     path = tmp_path / "old.tkg"
     write_v1(store, path, {"dim": 16, "embedder": EMB.name})
     assert path.read_bytes()[len(MAGIC) : len(MAGIC) + 2] == struct.pack(">H", 1)
+    assert read_meta(path) == {"dim": 16, "embedder": EMB.name}  # format 1 has no table: read whole
     restored = InMemoryStore(dim=16)
     loaded = Memory.load(path, embedder=EMB, store=restored)
     assert restored.stats()["restored"]["format"] == 1

@@ -158,10 +158,15 @@ def _next_step(todo: Sequence[tuple[Item, str]], start: int, chunk: int) -> list
     return list(todo[start:end])
 
 
+def _span(first: Item, last: Item) -> str:
+    """The input lines from ``first`` to ``last``: ``7`` or ``7-12``."""
+    start = first.line if isinstance(first, MessageLine) else first.first
+    end = last.line if isinstance(last, MessageLine) else last.last
+    return f"{start}" if start == end else f"{start}-{end}"
+
+
 def _where(name: str, item: Item) -> str:
-    if isinstance(item, MessageLine):
-        return f"{name}:{item.line}"
-    return f"{name}:{item.first}" if item.first == item.last else f"{name}:{item.first}-{item.last}"
+    return f"{name}:{_span(item, item)}"
 
 
 def _episode_input(item: MessageLine, episode_id: str, group: str | None) -> EpisodeInput:
@@ -184,15 +189,17 @@ def _check_all(memory: Memory, items: Sequence[Item], ids: Sequence[str], name: 
 def _run_step(
     memory: Memory, step: Sequence[tuple[Item, str]], name: str, group: str | None, report: IngestReport
 ) -> None:
-    first, last = step[0][0], step[-1][0]
-    where = _where(name, first) if len(step) == 1 else f"{_where(name, first)}-{_where(name, last).rsplit(':', 1)[1]}"
+    first = step[0][0]
+    where = f"{name}:{_span(first, step[-1][0])}"
     results: list[EpisodeResult]
     try:
         if isinstance(first, FactLines):
-            span = f"{first.first}" if first.first == first.last else f"{first.first}-{first.last}"
             results = [
                 memory.add_facts(
-                    first.facts, group_id=group, source_description=f"{name} lines {span}", episode_id=step[0][1]
+                    first.facts,
+                    group_id=group,
+                    source_description=f"{name} lines {_span(first, first)}",
+                    episode_id=step[0][1],
                 )
             ]
         else:

@@ -410,8 +410,9 @@ class Ingestor:
         with self.group_lock(episode.group_id), self.locks.write():
             return self._remove(episode, now)
 
-    def end_fact(self, fact_id: str, at: datetime, now: datetime, note: dict[str, Any] | None = None) -> RemovalResult:
-        """End a fact by hand at ``at`` (see :meth:`tkg.Memory.invalidate_fact`) and settle its history again."""
+    def end_fact(self, fact_id: str, at: datetime, now: datetime, note: dict[str, Any] | None = None) -> Fact:
+        """End a fact by hand at ``at`` (see :meth:`tkg.Memory.invalidate_fact`) and settle its history again;
+        returns the fact as written."""
         found = self.store.get(Kind.FACT, [fact_id])[0]
         if not isinstance(found, Fact):
             raise NotFoundError(f"no fact with id {fact_id!r}")
@@ -426,12 +427,13 @@ class Ingestor:
             end = invalidation.own_end(fact)
             if end is not None and end <= at:
                 raise ValidationError(f"fact {fact_id} already ends at {end.isoformat()}, not after {at.isoformat()}")
-            result = RemovalResult("")
             puts: dict[tuple[Kind, str], Record] = {(Kind.FACT, fact_id): invalidation.end_by_hand(fact, at, now, note)}
-            self._settle_without({}, puts, result, now)
+            self._settle_without({}, puts, RemovalResult(""), now)
             self.store.write(WriteBatch(puts=list(puts.values())))
         log.info("fact %s ended by hand at %s", fact_id, at.isoformat())
-        return result
+        ended = puts[(Kind.FACT, fact_id)]
+        assert isinstance(ended, Fact)
+        return ended
 
     def _settle_without(
         self,

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tkg.models import Fact, Verdict, evolve
+from tkg.timeutil import iso_offset
 
 #: The end given to a restatement whose start is unknown (an empty interval before every real date).
 _NEVER = datetime(1, 1, 2, tzinfo=UTC)
@@ -64,17 +65,13 @@ def end_by_hand(fact: Fact, at: datetime, now: datetime, note: Mapping[str, Any]
     """``fact`` with its own end set to ``at`` by hand at ``now``, the end it had before (and the caller's
     ``note``, if any) kept in :data:`ENDED_BY_HAND`. Its history must then be settled again (:func:`history`)."""
     previous = own_end(fact)
-    entry: dict[str, Any] = {"at": at.isoformat(), "recorded_at": now.isoformat(), "previous_end": _iso(previous)}
+    entry: dict[str, Any] = {"at": at.isoformat(), "recorded_at": now.isoformat(), "previous_end": iso_offset(previous)}
     if note:
         entry["note"] = dict(note)
     attributes = {**fact.attributes, ENDED_BY_HAND: [*fact.attributes.get(ENDED_BY_HAND, ()), entry]}
     if fact.invalidated_by is not None:
         return evolve(fact, prior_invalid_at=at, attributes=attributes)
     return evolve(fact, invalid_at=at, attributes=attributes)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 def as_stated(fact: Fact) -> Fact:

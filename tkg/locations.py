@@ -105,7 +105,7 @@ def stored_meta(location: Location) -> dict[str, Any] | None:
     assert location.path is not None
     if not location.path.exists():
         return None
-    return snapshot.read(location.path)[0]
+    return snapshot.read_meta(location.path)
 
 
 def require_memory(location: Location) -> None:
@@ -148,11 +148,13 @@ def opened(
     create: bool = False,
     durable: bool = False,
     config: MemoryConfig | None = None,
+    check_embedder: bool = True,
 ) -> Iterator[Memory]:
     """The memory at ``location``, closed (with its database connection) on the way out.
 
     ``create``: a missing memory is an empty one instead of an error. ``durable``: a snapshot is opened with
-    :meth:`tkg.Memory.open`, so every write is journalled (a database is durable anyway).
+    :meth:`tkg.Memory.open`, so every write is journalled (a database is durable anyway). ``check_embedder=False``:
+    ``embedder`` stands in for the one that made the memory (a reader that embeds nothing).
     """
     if not create:
         require_memory(location)
@@ -160,7 +162,7 @@ def opened(
     try:
         try:
             store = _open_store(location, embedder.dim) if location.is_postgres else None
-            memory = _memory_at(location, store, embedder, llm, create=create, durable=durable, config=config)
+            memory = _memory_at(location, store, embedder, llm, create, durable, config, check_embedder)
         except ConfigurationError as exc:
             raise _embedder_hint(location, embedder, exc) from None
         try:
@@ -177,20 +179,22 @@ def _memory_at(
     store: Store | None,
     embedder: Embedder,
     llm: LLMClient | None,
-    *,
     create: bool,
     durable: bool,
     config: MemoryConfig | None,
+    check_embedder: bool,
 ) -> Memory:
     path = location.path
     if store is not None:
-        return Memory(store, embedder=embedder, llm=llm, config=config)
+        return Memory(store, embedder=embedder, llm=llm, config=config, check_embedder=check_embedder)
     assert path is not None
     if durable:
-        return Memory.open(path, embedder=embedder, llm=llm, create=create, config=config)
+        return Memory.open(
+            path, embedder=embedder, llm=llm, create=create, config=config, check_embedder=check_embedder
+        )
     if create and not path.exists() and not segment_paths(path):
         return Memory(embedder=embedder, llm=llm, config=config)
-    return Memory.load(path, embedder=embedder, llm=llm, config=config)
+    return Memory.load(path, embedder=embedder, llm=llm, config=config, check_embedder=check_embedder)
 
 
 def _embedder_hint(location: Location, embedder: Embedder, exc: ConfigurationError) -> ConfigurationError:
@@ -210,27 +214,15 @@ def opened_read_only(location: Location) -> Iterator[Memory]:
     """The memory at ``location`` for commands that embed nothing (pictures, stats): a hash embedder of the stored
     size stands in for whichever embedder made it, so any memory opens with no model to load."""
     meta = stored_meta(location)
-    if meta is None and location.path is not None and segment_paths(location.path):
-        raise ValidationError(f"{location} has a journal but no snapshot yet; open it once with `tkg ingest`")
     if meta is None:
+        if location.path is not None and segment_paths(location.path):
+            raise ValidationError(f"{location} has a journal but no snapshot yet; open it once with `tkg ingest`")
         require_memory(location)
-    assert meta is not None
-    dim = meta.get("dim")
+    dim = (meta or {}).get("dim")
     if not isinstance(dim, int) or isinstance(dim, bool) or dim < 2:
         raise ValidationError(f"{location} does not record a usable vector size (dim={dim!r})")
-    stand_in = HashEmbedder(dim=dim)
-    if location.path is not None:
-        memory = Memory.load(location.path, embedder=stand_in, check_embedder=False)
-        try:
-            yield memory
-        finally:
-            memory.close()
-        return
-    store = _open_store(location, dim)
-    try:
-        yield Memory(store, embedder=stand_in, check_embedder=False)
-    finally:
-        store.close()
+    with opened(location, HashEmbedder(dim=dim), check_embedder=False) as memory:
+        yield memory
 
 
 def _open_store(location: Location, dim: int) -> Store:

@@ -400,10 +400,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         stored now."""
         now = self._clock.now()
         end = to_utc(at, "at") if at is not None else now
-        self._ingestor.end_fact(fact_id, end, now, check_metadata(note) if note else None)
-        fact = self.get(Kind.FACT, fact_id)
-        assert isinstance(fact, Fact)
-        return fact
+        return self._ingestor.end_fact(fact_id, end, now, check_metadata(note) if note else None)
 
     def remove_episode(self, episode_id: str) -> RemovalResult:
         """Remove an episode as if it had never been added: facts it alone supports are deleted (others lose it

@@ -62,7 +62,7 @@ _SYNC_EVERY = 256 << 20  # bytes written between two background flushes to disk
 _VECTOR_ROWS = 16384  # vectors stacked at a time while writing
 _STALE_AGE_S = 3600.0  # where files cannot be locked, a temporary file this old is taken as left by a dead save
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "OpenedSnapshot", "open_snapshot", "read", "save"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "OpenedSnapshot", "open_snapshot", "read", "read_meta", "save"]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -348,6 +348,28 @@ def open_snapshot(path: str | os.PathLike[str]) -> OpenedSnapshot:
     """Read and verify a snapshot file. Raises :class:`SnapshotError` (missing or unreadable),
     :class:`SnapshotFormatError` (not a snapshot, truncated, corrupt) or :class:`SnapshotVersionError` (newer)."""
     remove_stale_temporaries(path)
+    with _snapshot_file(path) as f:
+        version = _format_version(path, f)
+        if version == 1:
+            f.seek(0)
+            return _read_v1(path, f.read())
+        with _no_gc(settle=True):
+            return _read_sections(path, f, version)
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The meta map of a snapshot, from its verified table of contents only (the records are not read; a format
+    1 file, which has no table, is read whole). Raises as :func:`open_snapshot` does."""
+    with _snapshot_file(path) as f:
+        if _format_version(path, f) == 1:
+            f.seek(0)
+            return _read_v1(path, f.read()).meta
+        return _table(path, f)[1]
+
+
+@contextlib.contextmanager
+def _snapshot_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
+    """The snapshot file open for reading; a missing or unreadable file is a :class:`SnapshotError`."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below on every path
     except FileNotFoundError:
@@ -356,25 +378,26 @@ def open_snapshot(path: str | os.PathLike[str]) -> OpenedSnapshot:
         raise SnapshotError(f"cannot read snapshot {path}: {exc}") from None
     with f:
         try:
-            head = f.read(len(MAGIC) + _VERSION.size)
-            if head[: len(MAGIC)] != MAGIC:
-                raise SnapshotFormatError(f"{path} is not a tkg snapshot (wrong magic bytes)")
-            if len(head) < len(MAGIC) + _VERSION.size:
-                raise SnapshotFormatError(f"{path} is truncated (incomplete header)")
-            (version,) = _VERSION.unpack_from(head, len(MAGIC))
-            if version > FORMAT_VERSION:
-                raise SnapshotVersionError(
-                    f"{path} uses snapshot format {version}, newer than this tkg reads ({FORMAT_VERSION}); upgrade tkg"
-                )
-            if version == 1:
-                f.seek(0)
-                return _read_v1(path, f.read())
-            if version not in (2, 3):
-                raise SnapshotFormatError(f"{path} has an unknown snapshot format {version}")
-            with _no_gc(settle=True):
-                return _read_sections(path, f, version)
+            yield f
         except OSError as exc:
             raise SnapshotError(f"cannot read snapshot {path}: {exc}") from None
+
+
+def _format_version(path: str | os.PathLike[str], f: IO[bytes]) -> int:
+    """The format version in the header (1, 2 or 3), after checking the magic bytes."""
+    head = f.read(len(MAGIC) + _VERSION.size)
+    if head[: len(MAGIC)] != MAGIC:
+        raise SnapshotFormatError(f"{path} is not a tkg snapshot (wrong magic bytes)")
+    if len(head) < len(MAGIC) + _VERSION.size:
+        raise SnapshotFormatError(f"{path} is truncated (incomplete header)")
+    (version,) = _VERSION.unpack_from(head, len(MAGIC))
+    if version > FORMAT_VERSION:
+        raise SnapshotVersionError(
+            f"{path} uses snapshot format {version}, newer than this tkg reads ({FORMAT_VERSION}); upgrade tkg"
+        )
+    if version not in (1, 2, 3):
+        raise SnapshotFormatError(f"{path} has an unknown snapshot format {version}")
+    return int(version)
 
 
 def read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], RecordSet]:

@@ -75,3 +75,8 @@ def from_micros(value: int) -> datetime:
 
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def iso_offset(value: datetime | None) -> str | None:
+    """``value.isoformat()`` with its offset written out (``+00:00`` for UTC), or None."""
+    return None if value is None else value.isoformat()

@@ -1,13 +1,16 @@
-"""One ranked list from a tkg search's facts and episodes, as the adapters return it (they take one list)."""
+"""What the framework adapters hand back from a tkg search: one ranked list of its facts and episodes, and each
+record as a passage (its text and the metadata a framework keeps beside it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from tkg.models import Episode, Fact
 from tkg.search import SearchResults
+from tkg.timeutil import iso_offset
 
-__all__ = ["merged"]
+__all__ = ["merged", "passage"]
 
 
 def merged(found: SearchResults, keep: Callable[[Episode], bool] | None = None) -> list[tuple[float, Fact | Episode]]:
@@ -17,3 +20,15 @@ def merged(found: SearchResults, keep: Callable[[Episode], bool] | None = None) 
     scored += [(hit.score, hit.record) for hit in found.episodes if keep is None or keep(hit.record)]
     scored.sort(key=lambda pair: -pair[0])
     return scored
+
+
+def passage(record: Fact | Episode) -> tuple[str, dict[str, Any]]:
+    """A record's text (a fact's sentence, an episode's content) and its metadata: kind, group and times."""
+    if isinstance(record, Fact):
+        times = {"valid_at": iso_offset(record.valid_at), "invalid_at": iso_offset(record.invalid_at)}
+        return record.fact, {"kind": "fact", "group_id": record.group_id, **times}
+    return record.content, {
+        "kind": "episode",
+        "group_id": record.group_id,
+        "reference_time": record.reference_time.isoformat(),
+    }

@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMe
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from tkg.compat.hits import merged
+from tkg.compat.hits import merged, passage
 from tkg.compat.messages import episode_inputs, message_of, parse_messages
 from tkg.memory import Memory
 from tkg.models import Episode, Fact
@@ -91,12 +91,8 @@ def documents(found: SearchResults, k: int) -> list[Document]:
 
 
 def _document(record: Fact | Episode, score: float) -> Document:
-    meta: dict[str, Any] = {"id": record.id, "group_id": record.group_id, "score": score}
-    if isinstance(record, Fact):
-        meta |= {"kind": "fact", "valid_at": _iso(record.valid_at), "invalid_at": _iso(record.invalid_at)}
-        return Document(page_content=record.fact, metadata=meta)
-    meta |= {"kind": "episode", "reference_time": record.reference_time.isoformat()}
-    return Document(page_content=record.content, metadata=meta)
+    text, meta = passage(record)
+    return Document(page_content=text, metadata={"id": record.id, "score": score, **meta})
 
 
 def _plain(message: BaseMessage) -> dict[str, Any]:
@@ -114,7 +110,3 @@ def _langchain_message(role: str, speaker: str, content: str) -> BaseMessage:
     if role == "system":
         return SystemMessage(content=content, name=name)
     return ChatMessage(role=role, content=content, name=name)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()

@@ -19,7 +19,7 @@ from llama_index.core.memory import BaseMemoryBlock
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from tkg.compat.hits import merged
+from tkg.compat.hits import merged, passage
 from tkg.compat.messages import episode_inputs, parse_messages
 from tkg.memory import Memory
 from tkg.models import Episode, Fact
@@ -88,14 +88,5 @@ class TkgRetriever(BaseRetriever):
 
 
 def _node(record: Fact | Episode) -> TextNode:
-    if isinstance(record, Fact):
-        times = {"valid_at": _iso(record.valid_at), "invalid_at": _iso(record.invalid_at)}
-        return TextNode(
-            id_=record.id, text=record.fact, metadata={"kind": "fact", "group_id": record.group_id, **times}
-        )
-    meta = {"kind": "episode", "group_id": record.group_id, "reference_time": record.reference_time.isoformat()}
-    return TextNode(id_=record.id, text=record.content, metadata=meta)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+    text, meta = passage(record)
+    return TextNode(id_=record.id, text=text, metadata=meta)

@@ -43,7 +43,7 @@ from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
 from tkg.memory import Memory as TkgMemory
 from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind
-from tkg.timeutil import to_utc
+from tkg.timeutil import iso_offset, to_utc
 
 __all__ = ["Memory", "MemoryNotFoundError"]
 
@@ -434,9 +434,9 @@ class Memory:
                     **_item(fact.id, fact.fact, fact.group_id, fact.created_at, meta),
                     "updated_at": ends[-1]["recorded_at"] if ends else None,
                     "kind": "fact",
-                    "valid_at": _iso(fact.valid_at),
-                    "invalid_at": _iso(fact.invalid_at),
-                    "expired_at": _iso(fact.expired_at),
+                    "valid_at": iso_offset(fact.valid_at),
+                    "invalid_at": iso_offset(fact.invalid_at),
+                    "expired_at": iso_offset(fact.expired_at),
                 }
             )
         return items
@@ -449,7 +449,7 @@ class Memory:
             "kind": "message",
             "role": role,
             "actor_id": speaker if speaker != role.title() else None,
-            "valid_at": _iso(episode.reference_time),
+            "valid_at": iso_offset(episode.reference_time),
             "invalid_at": None,
             "expired_at": None,
         }
@@ -585,9 +585,9 @@ def _event(
         "is_deleted": event == "DELETE",
         "actor_id": None,
         "role": record.name or None if isinstance(record, Episode) else None,
-        "valid_at": _iso(fact.valid_at) if fact else _iso(record.reference_time),  # type: ignore[union-attr]
-        "invalid_at": _iso(fact.invalid_at) if fact else None,
-        "expired_at": _iso(fact.expired_at) if fact else None,
+        "valid_at": iso_offset(fact.valid_at) if fact else iso_offset(record.reference_time),  # type: ignore[union-attr]
+        "invalid_at": iso_offset(fact.invalid_at) if fact else None,
+        "expired_at": iso_offset(fact.expired_at) if fact else None,
     }
 
 
@@ -597,10 +597,6 @@ def _replaced_by(fact: Fact) -> str | None:
     note = ends[-1].get("note") or {} if ends else {}
     following = note.get("replaced_by")
     return str(following) if following else None
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 def _count(top_k: int | None, limit: int | None, *, default: int) -> int:
