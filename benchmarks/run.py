@@ -80,7 +80,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "retrieval",
         "bench_retrieval.py",
-        full=("--latency",),
+        full=("--latency", "--variants", "all"),
         full_opt_in="--with-retrieval",
         data="required",
         about="retrieval quality on LongMemEval_S and LoCoMo (MiniLM embeddings, cached)",

@@ -129,3 +129,103 @@ def test_episode_context_sessions_entities_and_time():
     assert timed.episodes[0].record.reference_time.month == 5
     with pytest.raises(ConfigurationError):
         EpisodeContext(session_gap=timedelta(seconds=-1))
+
+
+def _sessions(sessions: list[tuple[str, list[str]]]) -> Memory:
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-07-01T00:00:00Z"))
+    for when, turns in sessions:
+        for i, text in enumerate(turns):
+            memory.add_episode(text, group_id="c", reference_time=f"{when}:{i:02d}Z")
+    return memory
+
+
+def test_episode_context_expansion_finds_the_answers_vocabulary():
+    memory = _sessions(
+        [
+            ("2024-05-01T10:00", ["Ann: my violin teacher plays in the orchestra", "Bob: we bought fresh bread"]),
+            ("2024-05-08T10:00", ["Bob: the violin solo with the orchestra was superb", "Ann: the cat sleeps a lot"]),
+            ("2024-05-15T10:00", ["Ann: the orchestra tour starts in autumn", "Bob: my bike has a flat tyre"]),
+        ]
+    )
+    target = "Ann: the orchestra tour starts in autumn"
+    plain = [s.record.content for s in memory.search("violin", group_ids="c", config=_context()).episodes]
+    expanded = memory.search("violin", group_ids="c", config=_context(expansion_terms=3, expansion_docs=2))
+    contents = [s.record.content for s in expanded.episodes]
+    # "orchestra" is in both violin turns and not in the query: the turn that has only it comes next
+    assert set(contents[:2]) == {
+        "Ann: my violin teacher plays in the orchestra",
+        "Bob: the violin solo with the orchestra was superb",
+    }
+    assert contents[2] == target
+    assert plain.index(target) > 2  # without the expansion a distractor is ahead of it (hash vectors)
+    with pytest.raises(ConfigurationError):
+        EpisodeContext(expansion_docs=1)
+    with pytest.raises(ConfigurationError):
+        EpisodeContext(expansion_terms=-1)
+
+
+def test_episode_context_session_decay_spreads_evidence_over_sessions():
+    memory = _sessions(
+        [
+            ("2024-05-01T10:00", ["Ann: violin lesson today", "Ann: the violin strings broke", "Bob: violin shop?"]),
+            ("2024-06-01T10:00", ["Bob: we have violin concert tickets", "Ann: great"]),
+        ]
+    )
+
+    def sessions_of(config: SearchConfig) -> list[int]:
+        return [s.record.reference_time.month for s in memory.search("violin", group_ids="c", config=config).episodes]
+
+    assert sessions_of(_context(session_weight=1.0))[:3] == [5, 5, 5]  # one strong session takes the top
+    assert sessions_of(_context(session_weight=1.0, session_decay=2.0))[:2] == [5, 6]
+    with pytest.raises(ConfigurationError):
+        EpisodeContext(session_decay=-0.1)
+
+
+def test_episode_context_session_as_document():
+    # The first session says "hiking", "boots" and "tent" in three turns; the second says "hiking" three times in
+    # one turn. As a sum of its best turns the second session wins the word that repeats; as a document, the
+    # session that covers the whole query does.
+    memory = _sessions(
+        [
+            ("2024-05-01T10:00", ["Ann: hiking next week", "Bob: bring boots", "Ann: and a tent", "Bob: ok"]),
+            ("2024-06-01T10:00", ["Ann: hiking hiking hiking, always hiking", "Bob: hm", "Ann: so", "Bob: yes"]),
+        ]
+    )
+    query = "hiking boots tent"
+
+    def scores(**weights: object) -> dict[str, float]:
+        config = _context(session_weight=1.0, **weights).with_limit(10)  # type: ignore[arg-type]
+        return {s.record.content: s.score for s in memory.search(query, group_ids="c", config=config).episodes}
+
+    as_document, by_turns = scores(session_document=True), scores()
+    assert len(as_document) == len(by_turns) == 8
+    # The document score ranks the covering session first: its turns gain more than the repeating session's.
+    assert as_document["Bob: ok"] - as_document["Bob: hm"] > by_turns["Bob: ok"] - by_turns["Bob: hm"]
+    assert as_document["Bob: ok"] > as_document["Bob: hm"]
+
+
+def test_episode_context_a_session_without_bounds_is_no_evidence():
+    # 130 turns imported without times of their own: all stamped at the same instant, one endless "session".
+    # The session signal cannot weigh it as a unit, so it changes nothing; the neighbour signal still works.
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-07-01T00:00:00Z"))
+    for i in range(130):
+        text = f"Ann: the violin lesson number {i}" if i % 40 == 7 else f"Bob: small talk about item {i}"
+        memory.add_episode(text, group_id="c")
+
+    def scores(**weights: float) -> dict[str, float]:
+        config = _context(**weights).with_limit(20)
+        return {s.record.content: s.score for s in memory.search("violin", group_ids="c", config=config).episodes}
+
+    assert scores(session_weight=1.0) == scores()
+    assert scores(session_weight=1.0, session_document=True) == scores()  # type: ignore[arg-type]
+    assert scores(neighbour_weight=0.5) != scores()
+    # The same turns in real sessions (an hour apart every 10 turns): now the session signal counts.
+    dated = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-07-01T00:00:00Z"))
+    for i in range(130):
+        text = f"Ann: the violin lesson number {i}" if i % 40 == 7 else f"Bob: small talk about item {i}"
+        dated.add_episode(text, group_id="c", reference_time=f"2024-06-{1 + i // 10:02d}T10:{i % 10:02d}:00Z")
+    config = _context(session_weight=1.0).with_limit(20)
+    plain = _context().with_limit(20)
+    assert [s.score for s in dated.search("violin", group_ids="c", config=config).episodes] != [
+        s.score for s in dated.search("violin", group_ids="c", config=plain).episodes
+    ]

@@ -8,10 +8,15 @@ formula and its weights.
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import lru_cache
+
+import numpy as np
 
 from tkg.errors import ValidationError
 from tkg.models import Entity, Episode, Kind, Record, Vector
@@ -22,6 +27,7 @@ from tkg.storage import Hit, Store
 from tkg.temporal import add_months, midnight, resolve_time
 from tkg.time_phrases import Unit, find_time_phrases
 from tkg.timeline import DateRange, Scope
+from tkg.tokens import K1, B, tokenize
 
 Loader = Callable[[Kind, Sequence[str]], list[Record | None]]
 
@@ -104,6 +110,8 @@ def rerank_episodes(
     for method, hits in lists.items():
         for key, value in normalized(hits).items():
             base[key] = base.get(key, 0.0) + text_scores.get(method, 1.0) * value / weights
+    if config.expansion_terms and base:
+        _expand(store, query, scope, config, base, limit, load)
     span = time_span(query, reference_time, config.time_window) if config.time_weight else None
     if span is not None:
         # The episodes of the named time join the candidates, the most similar first, even with no shared word.
@@ -118,12 +126,15 @@ def rerank_episodes(
     # Sessions: runs of a group's timeline whose consecutive reference times are within session_gap.
     session_of: dict[str, int] = {}
     runs: list[list[Episode]] = []
+    unbounded: set[int] = set()  # runs whose ends lie beyond the scan: no session evidence
     for episode_id in sorted(base, key=lambda k: -base[k]):
         if episode_id in session_of:
             continue
-        run = _session(store, episodes[episode_id], config)
+        run, bounded = _session(store, episodes[episode_id], config)
         index = len(runs)
         runs.append(run)
+        if not bounded:
+            unbounded.add(index)
         for member in run:
             session_of.setdefault(member.id, index)
             episodes.setdefault(member.id, member)
@@ -148,10 +159,17 @@ def rerank_episodes(
                 neighbours[other] = [e.id for e in run[lo:at] + run[at + 1 : hi]]
     visible = {k for k in candidates if scope.admits(episodes[k])}
 
-    session_sum: dict[int, list[float]] = {}
-    for episode_id, score in base.items():
-        session_sum.setdefault(session_of[episode_id], []).append(score)
-    session_score = {s: sum(sorted(v, reverse=True)[:3]) for s, v in session_sum.items()}
+    weighed = {session_of[k] for k in base} - unbounded
+    if not config.session_weight or not weighed:
+        session_score: dict[int, float] = {}
+    elif config.session_document:
+        session_score = _session_documents(query, vector, runs, weighed)
+    else:
+        session_sum: dict[int, list[float]] = {}
+        for episode_id, score in base.items():
+            if session_of[episode_id] in weighed:
+                session_sum.setdefault(session_of[episode_id], []).append(score)
+        session_score = {s: sum(sorted(v, reverse=True)[:3]) for s, v in session_sum.items()}
     best_session = max(session_score.values(), default=0.0) or 1.0
 
     linked = _entity_linked(store, query, scope, load) if config.entity_weight else set()
@@ -170,10 +188,104 @@ def rerank_episodes(
             score += config.time_weight
         scored.append(Hit(episode_id, score))
     order = {k: i for i, k in enumerate(candidates)}
-    return sorted(scored, key=lambda h: (-h.score, order[h.id]))
+    ranked_hits = sorted(scored, key=lambda h: (-h.score, order[h.id]))
+    if config.session_decay:
+        seen: Counter[int] = Counter()
+        decayed = []
+        for hit in ranked_hits:
+            session = session_of[hit.id]
+            decayed.append(Hit(hit.id, hit.score - config.session_decay * seen[session]))
+            seen[session] += 1
+        ranked_hits = sorted(decayed, key=lambda h: (-h.score, order[h.id]))
+    return ranked_hits
 
 
-def _session(store: Store, episode: Episode, config: EpisodeContext) -> list[Episode]:
+@lru_cache(maxsize=32_768)
+def _terms(text: str) -> tuple[tuple[str, int], ...]:
+    """An episode's BM25 terms with their counts (cached: the same episodes come back query after query)."""
+    return tuple(Counter(tokenize(text)).items())
+
+
+def _expand(
+    store: Store, query: str, scope: Scope, config: EpisodeContext, base: dict[str, float], limit: int, load: Loader
+) -> None:
+    """Pseudo-relevance feedback: the terms shared by at least two of the best candidates and absent from the
+    query, searched with BM25; what they find gains ``expansion_weight`` times its normalised score (in place)."""
+    top = sorted(base, key=lambda k: -base[k])[: config.expansion_docs]
+    asked = set(tokenize(query))
+    df: Counter[str] = Counter()
+    tf: Counter[str] = Counter()
+    for record in load(Kind.EPISODE, top):
+        if isinstance(record, Episode):
+            for term, count in _terms(record.content):
+                if term not in asked and not term.isdigit():
+                    df[term] += 1
+                    tf[term] += count
+    shared = sorted((t for t in df if df[t] >= 2), key=lambda t: (-df[t], -tf[t], t))[: config.expansion_terms]
+    if not shared:
+        return
+    weights = config.bm25_weight + config.cosine_weight or 1.0
+    for key, value in normalized(store.text_search(Kind.EPISODE, " ".join(shared), limit, scope)).items():
+        base[key] = base.get(key, 0.0) + config.expansion_weight * value / weights
+
+
+def _session_documents(
+    query: str, vector: Vector, runs: Sequence[Sequence[Episode]], wanted: set[int]
+) -> dict[int, float]:
+    """Each wanted session scored as one document: the cosine of its episodes' mean vector with the query's, and
+    BM25 of the query over the sessions as documents (statistics over these sessions), each min-max normalised
+    over the sessions and averaged."""
+    sessions = sorted(wanted)
+    asked = list(dict.fromkeys(tokenize(query)))
+    documents = [_document_terms(tuple(e.content for e in runs[index])) for index in sessions]
+    mean_length = sum(length for _, length in documents) / len(documents) if documents else 0.0
+    bm25 = [0.0] * len(sessions)
+    for term in asked:
+        df = sum(1 for counts, _ in documents if term in counts)
+        if not df:
+            continue
+        idf = math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
+        for i, (counts, length) in enumerate(documents):
+            tf = counts.get(term, 0)
+            if tf:
+                bm25[i] += idf * tf / (K1 * (1 - B + B * length / (mean_length or 1.0)) + tf)
+    # Mean vectors: every member's vector stacked once (grouped by session), summed per session, one product.
+    rows: list[Vector] = []
+    starts: list[int] = []
+    scored: list[int] = []
+    for i, index in enumerate(sessions):
+        members = [e.embedding for e in runs[index] if e.embedding is not None]
+        if members:
+            starts.append(len(rows))
+            scored.append(i)
+            rows.extend(members)
+    cosine = [0.0] * len(sessions)
+    if rows:
+        sums = np.add.reduceat(np.stack(rows).astype(np.float64), starts, axis=0)
+        norms = np.linalg.norm(sums, axis=1)
+        dots = sums @ np.asarray(vector, dtype=np.float64)
+        for i, dot, norm in zip(scored, dots.tolist(), norms.tolist(), strict=True):
+            cosine[i] = dot / norm if norm else 0.0
+    text = normalized([Hit(str(i), v) for i, v in enumerate(bm25)])
+    dense = normalized([Hit(str(i), v) for i, v in enumerate(cosine)])
+    return {index: (text[str(i)] + dense[str(i)]) / 2 for i, index in enumerate(sessions)}
+
+
+@lru_cache(maxsize=4096)
+def _document_terms(contents: tuple[str, ...]) -> tuple[dict[str, int], int]:
+    """The BM25 terms of a session (its episodes' contents as one document) and its length; shared, not to be
+    changed by callers."""
+    counts: Counter[str] = Counter()
+    for text in contents:
+        for term, count in _terms(text):
+            counts[term] += count
+    return dict(counts), sum(counts.values())
+
+
+def _session(store: Store, episode: Episode, config: EpisodeContext) -> tuple[list[Episode], bool]:
+    """The episode's session (as far as :data:`SESSION_SCAN` reaches on either side), and whether both of its
+    ends were seen. A session that runs past the scan is not one the reranker can weigh as a unit: episodes
+    stored without times of their own (all stamped within seconds when imported) form one endless "session"."""
     window = store.episode_window(episode.id, SESSION_SCAN, SESSION_SCAN)
     at = next(i for i, e in enumerate(window) if e.id == episode.id)
     start = at
@@ -182,7 +294,9 @@ def _session(store: Store, episode: Episode, config: EpisodeContext) -> list[Epi
     end = at
     while end + 1 < len(window) and episode_gap(window[end], window[end + 1]) <= config.session_gap.total_seconds():
         end += 1
-    return window[start : end + 1]
+    # An end is seen when the walk stopped at a gap, or at the start or end of the group's timeline.
+    seen = (start > 0 or at < SESSION_SCAN) and (end + 1 < len(window) or len(window) - 1 - at < SESSION_SCAN)
+    return window[start : end + 1], seen
 
 
 def episode_gap(a: Episode, b: Episode) -> float:

@@ -73,8 +73,14 @@ class EpisodeContext:
 
     * base score: BM25 and cosine, each min-max normalised over the candidates, weighted and summed;
     * session: episodes of a group whose reference times follow each other within ``session_gap`` form a
-      session; each candidate gains ``session_weight`` times its session's share of the query's evidence
-      (the sum of its candidates' base scores, relative to the best session's);
+      session; each candidate gains ``session_weight`` times its session's score relative to the best session's:
+      the sum of its three best candidates' base scores. A session longer than the reranker's scan (48
+      episodes either side) gains nothing: its bounds are not known (episodes imported without times of their
+      own are all stamped within seconds, and would otherwise make one endless session). With
+      ``session_document`` (off by default: it costs a tokenisation of every candidate session) a session is
+      scored as one document instead: BM25 of the query over the candidates' sessions taken as documents, and
+      the cosine of the session's mean vector with the query's, each normalised over the sessions and averaged
+      (an answer spread over several turns of one session counts as one match);
     * neighbours: the ``neighbours`` episodes on either side within the session lend ``neighbour_weight``
       times their best base score (a reply inherits relevance from the question it answers); neighbours of
       the best candidates join the candidates even when no method found them;
@@ -82,6 +88,15 @@ class EpisodeContext:
       ``entity_weight``;
     * time: when the query names a time ("last week", "in May 2023", "3 days ago"), resolved against the
       search's reference time, episodes within ``time_window`` of it gain ``time_weight``.
+
+    Two more mechanisms, off by default because they lowered recall on the benchmark's dev sets (measured in
+    ``benchmarks/bench_retrieval.py``; kept for memories unlike those):
+
+    * ``expansion_terms`` (pseudo-relevance feedback): the words shared by at least two of the
+      ``expansion_docs`` best candidates and absent from the query are searched with BM25, and the episodes they
+      find gain ``expansion_weight`` times that normalised score (the vocabulary of the answer, not the question's);
+    * ``session_decay``: the n-th candidate of one session (by score, from 0) loses ``n * session_decay``, so
+      that evidence spread over several sessions is not crowded out by one strong session.
     """
 
     bm25_weight: float = 1.0
@@ -93,13 +108,28 @@ class EpisodeContext:
     entity_weight: float = 0.1
     time_weight: float = 0.2
     time_window: timedelta = timedelta(days=3)
+    expansion_terms: int = 0
+    expansion_docs: int = 3
+    expansion_weight: float = 0.5
+    session_document: bool = False
+    session_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("bm25_weight", "cosine_weight", "session_weight", "neighbour_weight", "entity_weight"):
+        for name in (
+            "bm25_weight",
+            "cosine_weight",
+            "session_weight",
+            "neighbour_weight",
+            "entity_weight",
+            "expansion_weight",
+            "session_decay",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"EpisodeContext.{name} must be >= 0")
-        if self.time_weight < 0 or self.neighbours < 0:
-            raise ConfigurationError("EpisodeContext.time_weight and neighbours must be >= 0")
+        if self.time_weight < 0 or self.neighbours < 0 or self.expansion_terms < 0:
+            raise ConfigurationError("EpisodeContext.time_weight, neighbours and expansion_terms must be >= 0")
+        if self.expansion_docs < 2:
+            raise ConfigurationError("EpisodeContext.expansion_docs must be >= 2 (a term must be in two of them)")
         if self.session_gap < timedelta(0) or self.time_window < timedelta(0):
             raise ConfigurationError("EpisodeContext.session_gap and time_window must not be negative")
 
