@@ -1030,7 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.update(contract(results, report.get("latency")))
     report["seconds"] = time.perf_counter() - wall
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    Path(args.out).write_text(json.dumps(report, separators=(",", ":"), default=str))
     print(f"\nwall time {time.perf_counter() - wall:.0f} s; written {args.out}", file=sys.stderr)
     return 0
 

@@ -70,6 +70,8 @@ def encode_value(value: Any, *, json: bool = False) -> Any:
 def decode_value(value: Any, *, json: bool = False) -> Any:
     """The inverse of :func:`encode_value` (with the same ``json``)."""
     if isinstance(value, dict):
+        if all(type(v) is str for v in value.values()) and not (len(value) == 1 and next(iter(value)) in TAGS):
+            return value  # a flat map of strings (a fact's verdicts, most attributes): nothing to decode
         if len(value) == 1:
             tag, inner = next(iter(value.items()))
             if tag == DT_TAG:

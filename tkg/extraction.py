@@ -198,7 +198,8 @@ class EpisodePlanner:
         others = [f for f in pool if f.relation != probe.relation and f.embedding is not None]
         if not others:
             return set()
-        scores = (np.stack([f.embedding for f in others]) @ vector).tolist()  # type: ignore[misc]
+        # np.array, not np.stack: the same matrix, without stack's per-row checks in Python.
+        scores = (np.array([f.embedding for f in others]) @ vector).tolist()
         # Counted by statement, not by fact: restatements of one statement share one verdict. Walked from the
         # closest down, so a statement's first score is its best; the walk stops past the limit-th statement
         # (ties with it kept, then broken by content) or below the similarity floor.
@@ -267,10 +268,13 @@ class EpisodePlanner:
         if missing:
             for i in missing:
                 self._facts_of[i] = []
+            cache = self._facts_of
             for fact in self.store.facts_of(missing):
-                for end in {fact.source_id, fact.target_id}:
-                    if end in self._facts_of:
-                        self._facts_of[end].append(fact)
+                source, target = fact.source_id, fact.target_id
+                if source in cache:
+                    cache[source].append(fact)
+                if target != source and target in cache:
+                    cache[target].append(fact)
         seen: dict[str, Fact] = {}
         for i in entity_ids:
             for fact in self._facts_of[i]:
@@ -280,14 +284,17 @@ class EpisodePlanner:
     def _closest(self, sentence: str, candidates: list[Fact]) -> list[Fact]:
         vector = self.vectors.get(sentence)
         limit = self.settings.max_fact_candidates
-
-        def score(fact: Fact) -> tuple[float, tuple[str, ...]]:
-            closeness = 0.0
-            if vector is not None and fact.embedding is not None:
-                closeness = float(np.einsum("i,i->", vector, fact.embedding))
-            return (-closeness, invalidation.statement_key(fact))  # ties by content, never by arrival
-
-        return sorted(candidates, key=score)[:limit]
+        closeness = [0.0] * len(candidates)
+        if vector is not None:
+            embedded = [i for i, f in enumerate(candidates) if f.embedding is not None]
+            if embedded:
+                # One product for all of them (row by row, each the same dot product as on its own).
+                matrix = np.array([candidates[i].embedding for i in embedded])
+                for i, value in zip(embedded, np.einsum("ij,j->i", matrix, vector).tolist(), strict=True):
+                    closeness[i] = value
+        # Ties by content, never by arrival.
+        order = sorted(range(len(candidates)), key=lambda i: (-closeness[i], invalidation.statement_key(candidates[i])))
+        return [candidates[i] for i in order[:limit]]
 
     # -- phase 2 --------------------------------------------------------------------------------------------
     def build(self, draft: Draft, questions: Questions | None = None, answer: Resolution | None = None) -> GraphPlan:

@@ -305,7 +305,7 @@ def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callab
         if not fact.verdicts:
             continue
         for other, verdict in fact.verdicts.items():
-            if verdict != Verdict.COMPATIBLE and other in by_id:
+            if verdict is not Verdict.COMPATIBLE and other in by_id:  # members of the enum (Fact checks)
                 judged.setdefault(fact.id, []).append(other)
                 judged.setdefault(other, []).append(fact.id)
     walked: set[tuple[str, ...]] = set()  # slots whose facts are queued
