@@ -70,6 +70,11 @@ class Verdict(StrEnum):
     COMPATIBLE = "compatible"
 
 
+#: Each verdict by its text (a member looks itself up too: it is equal to its text). Faster than Verdict(text),
+#: which every fact read back from a store runs for each of its verdicts.
+_VERDICTS: dict[str, Verdict] = {v.value: v for v in Verdict}
+
+
 class EpisodeSource(StrEnum):
     """What an episode's content is: a chat message ("Speaker: text"), free text, or a JSON document."""
 
@@ -306,7 +311,7 @@ class Fact(_Record):
             raise TimestampError(f"fact {self.fact!r}: expired_at is before created_at")
         self._set("episodes", tuple(self.episodes))
         self._set("attributes", dict(self.attributes))
-        self._set("verdicts", {str(k): Verdict(v) for k, v in self.verdicts.items()})
+        self._set("verdicts", {str(k): _VERDICTS.get(v) or Verdict(v) for k, v in self.verdicts.items()})
         self._check_vector("embedding")
 
 

@@ -120,23 +120,38 @@ def upsert_statement(kind: Kind) -> str:
 
 
 def select(kind: Kind) -> str:
-    """``SELECT seq, <the record's columns> FROM <the table>`` (rows for :func:`from_rows`)."""
-    return f"SELECT seq, {', '.join(COLUMNS[kind])} FROM {{s}}.{TABLES[kind].name}"
+    """``SELECT seq, <the record's columns> FROM <the table>`` (rows for :func:`from_rows`). JSON columns come as
+    their text, which :func:`from_rows` parses for all rows at once (one ``json.loads`` per row and column was a
+    third of the time of reading a thousand facts)."""
+    columns = [f"{c}::text" if c in JSON_COLUMNS else c for c in COLUMNS[kind]]
+    return f"SELECT seq, {', '.join(columns)} FROM {{s}}.{TABLES[kind].name}"
 
 
 def from_row(kind: Kind, row: Sequence[Any]) -> Record:
-    """The record of a row selected by :func:`select`."""
-    fields = dict(zip(COLUMNS[kind], row[1:], strict=True))
-    for name in JSON_COLUMNS.intersection(fields):
-        fields[name] = decode_value(fields[name], json=True)
-    for name in ("labels", "aliases", "episodes"):
-        if name in fields:
-            fields[name] = tuple(fields[name])
-    return RECORD_TYPES[kind](**fields)
+    """The record of a row selected by :func:`select` (or with the JSON columns already parsed)."""
+    record: Record = from_rows(kind, [row])[0]
+    return record
 
 
 def from_rows(kind: Kind, rows: Iterable[Sequence[Any]]) -> list[Any]:
-    return [from_row(kind, row) for row in rows]
+    """The records of rows selected by :func:`select`."""
+    rows = list(rows)
+    columns = COLUMNS[kind]
+    at = [i + 1 for i, c in enumerate(columns) if c in JSON_COLUMNS]  # +1: seq comes first
+    texts = [row[i] for row in rows for i in at if isinstance(row[i], str)]
+    parsed = iter(json.loads(f"[{','.join(texts)}]") if texts else ())
+    out = []
+    for row in rows:
+        fields = dict(zip(columns, row[1:], strict=True))
+        for i in at:
+            name = columns[i - 1]
+            value = next(parsed) if isinstance(row[i], str) else row[i]
+            fields[name] = decode_value(value, json=True)
+        for name in ("labels", "aliases", "episodes"):
+            if name in fields:
+                fields[name] = tuple(fields[name])
+        out.append(RECORD_TYPES[kind](**fields))
+    return out
 
 
 def key_filter(kind: Kind, alias: str = "") -> str:
