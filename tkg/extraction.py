@@ -198,8 +198,9 @@ class EpisodePlanner:
         others = [f for f in pool if f.relation != probe.relation and f.embedding is not None]
         if not others:
             return set()
-        # np.array, not np.stack: the same matrix, without stack's per-row checks in Python.
-        scores = (np.array([f.embedding for f in others]) @ vector).tolist()
+        # np.array, not np.stack: the same matrix, without stack's per-row checks in Python; einsum, not `@`:
+        # multithreaded OpenBLAS spins when another process (a database server) holds a core.
+        scores = np.einsum("ij,j->i", np.array([f.embedding for f in others]), vector).tolist()
         # Counted by statement, not by fact: restatements of one statement share one verdict. Walked from the
         # closest down, so a statement's first score is its best; the walk stops past the limit-th statement
         # (ties with it kept, then broken by content) or below the similarity floor.
