@@ -11,7 +11,7 @@ from tkg import FixedClock, HashEmbedder, ScriptedLLM
 from tkg.drafts import speaker_of
 from tkg.errors import LLMError, TimestampError, ValidationError
 from tkg.llm import GraphExtraction, Prompt
-from tkg.models import Entity, Fact, relation_name
+from tkg.models import Entity, Fact, Verdict, relation_name
 from tkg.names import normalize_name
 from tkg.ranking import rrf
 from tkg.storage import Hit
@@ -122,6 +122,14 @@ def test_records_validate_their_fields():
         _fact(valid_at=REF, invalid_at=REF - timedelta(days=1))
     with pytest.raises(ValidationError):
         Entity(id="e", group_id="g", name="  ", created_at=REF)
+    # A verdict is one of the three words (or the member itself); anything else is tkg's own error.
+    fields = {"id": "f", "group_id": "g", "source_id": "a", "target_id": "b", "relation": "R", "fact": "x"}
+    fact = Fact(**fields, created_at=REF, verdicts={"o1": "same", "o2": Verdict.CONTRADICTS})
+    assert fact.verdicts == {"o1": Verdict.SAME, "o2": Verdict.CONTRADICTS}
+    assert all(type(v) is Verdict for v in fact.verdicts.values())
+    for bad in ("nope", ["same"], 3, None, "SAME"):
+        with pytest.raises(ValidationError, match="verdict"):
+            Fact(**fields, created_at=REF, verdicts={"o": bad})
 
 
 def test_seams_are_deterministic():

@@ -71,8 +71,15 @@ class Verdict(StrEnum):
 
 
 #: Each verdict by its text (a member looks itself up too: it is equal to its text). Faster than Verdict(text),
-#: which every fact read back from a store runs for each of its verdicts.
+#: which every fact read back from a store would run for each of its verdicts.
 _VERDICTS: dict[str, Verdict] = {v.value: v for v in Verdict}
+
+
+def _verdict(value: object) -> Verdict:
+    found = _VERDICTS.get(value) if isinstance(value, str) else None
+    if found is None:
+        raise ValidationError(f"verdict {value!r} is not one of {', '.join(_VERDICTS)}")
+    return found
 
 
 class EpisodeSource(StrEnum):
@@ -311,7 +318,7 @@ class Fact(_Record):
             raise TimestampError(f"fact {self.fact!r}: expired_at is before created_at")
         self._set("episodes", tuple(self.episodes))
         self._set("attributes", dict(self.attributes))
-        self._set("verdicts", {str(k): _VERDICTS.get(v) or Verdict(v) for k, v in self.verdicts.items()})
+        self._set("verdicts", {str(k): _verdict(v) for k, v in self.verdicts.items()})
         self._check_vector("embedding")
 
 
