@@ -111,7 +111,7 @@ def rerank_episodes(
         for key, value in normalized(hits).items():
             base[key] = base.get(key, 0.0) + text_scores.get(method, 1.0) * value / weights
     if config.expansion_terms and base:
-        _expand(store, query, scope, config, base, limit, load)
+        _expand(store, query, scope, config, base, limit, load, weights)
     span = time_span(query, reference_time, config.time_window) if config.time_weight else None
     if span is not None:
         # The episodes of the named time join the candidates, the most similar first, even with no shared word.
@@ -207,10 +207,18 @@ def _terms(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _expand(
-    store: Store, query: str, scope: Scope, config: EpisodeContext, base: dict[str, float], limit: int, load: Loader
+    store: Store,
+    query: str,
+    scope: Scope,
+    config: EpisodeContext,
+    base: dict[str, float],
+    limit: int,
+    load: Loader,
+    weights: float,
 ) -> None:
     """Pseudo-relevance feedback: the terms shared by at least two of the best candidates and absent from the
-    query, searched with BM25; what they find gains ``expansion_weight`` times its normalised score (in place)."""
+    query, searched with BM25; what they find gains ``expansion_weight`` times its normalised score, scaled like
+    the base scores (divided by ``weights``), in place."""
     top = sorted(base, key=lambda k: -base[k])[: config.expansion_docs]
     asked = set(tokenize(query))
     df: Counter[str] = Counter()
@@ -224,7 +232,6 @@ def _expand(
     shared = sorted((t for t in df if df[t] >= 2), key=lambda t: (-df[t], -tf[t], t))[: config.expansion_terms]
     if not shared:
         return
-    weights = config.bm25_weight + config.cosine_weight or 1.0
     for key, value in normalized(store.text_search(Kind.EPISODE, " ".join(shared), limit, scope)).items():
         base[key] = base.get(key, 0.0) + config.expansion_weight * value / weights
 

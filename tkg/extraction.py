@@ -198,9 +198,7 @@ class EpisodePlanner:
         others = [f for f in pool if f.relation != probe.relation and f.embedding is not None]
         if not others:
             return set()
-        # np.array, not np.stack: the same matrix, without stack's per-row checks in Python; einsum, not `@`:
-        # multithreaded OpenBLAS spins when another process (a database server) holds a core.
-        scores = np.einsum("ij,j->i", np.array([f.embedding for f in others]), vector).tolist()
+        scores = _closeness(others, vector)
         # Counted by statement, not by fact: restatements of one statement share one verdict. Walked from the
         # closest down, so a statement's first score is its best; the walk stops past the limit-th statement
         # (ties with it kept, then broken by content) or below the similarity floor.
@@ -285,14 +283,7 @@ class EpisodePlanner:
     def _closest(self, sentence: str, candidates: list[Fact]) -> list[Fact]:
         vector = self.vectors.get(sentence)
         limit = self.settings.max_fact_candidates
-        closeness = [0.0] * len(candidates)
-        if vector is not None:
-            embedded = [i for i, f in enumerate(candidates) if f.embedding is not None]
-            if embedded:
-                # One product for all of them (row by row, each the same dot product as on its own).
-                matrix = np.array([candidates[i].embedding for i in embedded])
-                for i, value in zip(embedded, np.einsum("ij,j->i", matrix, vector).tolist(), strict=True):
-                    closeness[i] = value
+        closeness = _closeness(candidates, vector) if vector is not None else [0.0] * len(candidates)
         # Ties by content, never by arrival.
         order = sorted(range(len(candidates)), key=lambda i: (-closeness[i], invalidation.statement_key(candidates[i])))
         return [candidates[i] for i in order[:limit]]
@@ -507,6 +498,19 @@ class EpisodePlanner:
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 #: Verdicts from strongest to weakest, when restatements of one statement were judged differently.
 _STRENGTH = (Verdict.CONTRADICTS, Verdict.SAME, Verdict.COMPATIBLE)
+
+
+def _closeness(facts: Sequence[Fact], vector: Vector) -> list[float]:
+    """Each fact's sentence embedding against ``vector`` (0.0 for a fact without one), in one product: np.array,
+    not np.stack (the same matrix without stack's per-row checks in Python); einsum, not `@` (multithreaded
+    OpenBLAS spins when another process, a database server, holds a core)."""
+    out = [0.0] * len(facts)
+    embedded = [i for i, f in enumerate(facts) if f.embedding is not None]
+    if embedded:
+        matrix = np.array([facts[i].embedding for i in embedded])
+        for i, value in zip(embedded, np.einsum("ij,j->i", matrix, vector).tolist(), strict=True):
+            out[i] = value
+    return out
 
 
 def _representative(fact: Fact) -> tuple[object, ...]:
