@@ -1,13 +1,14 @@
-"""The in-memory BM25 index scores only the query's postings, with exactly bm25s's dense results.
+"""The in-memory BM25 index gives the scores of BM25's definition over the live documents, whatever its history.
 
-The oracle is bm25s itself: ``BM25.get_scores_from_ids`` builds a float32 score for every document, and the
-search it replaced kept the positive ones, masked them and took the top k. Small vocabularies make many equal
-scores, so the choice among tied documents is compared too.
+The oracle is the formula (:mod:`tkg.tokens`) computed document by document over the texts that are live now, in
+Python floats, term by term in query order, each sum returned as ``rank_score``; equal scores in slot order. Small
+vocabularies make many equal scores, so the choice among tied documents is compared too. The index must agree with
+it bit for bit after any mix of builds, tail additions, replacements and removals, and after a snapshot round trip.
 """
 
 from __future__ import annotations
 
-import math
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -20,8 +21,9 @@ from hypothesis import strategies as st
 
 from tkg.backends.memory import text as text_module
 from tkg.backends.memory import vectors as vectors_module
-from tkg.backends.memory.text import TextIndex, score_postings, tokenize
+from tkg.backends.memory.text import FORMAT, TextIndex, TextMismatch, term_frequencies, tokenize
 from tkg.backends.memory.vectors import top_k
+from tkg.tokens import K1, B, idf, rank_score
 
 # Few words, so documents share terms and scores tie; "the"/"and" are stop words; "zebra" is never indexed.
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "works", "working", "lives", "the", "and"]
@@ -42,108 +44,62 @@ def dense_share(share: float) -> Iterator[None]:
         text_module._DENSE_SHARE = saved
 
 
-def bm25(corpus: list[list[str]]) -> bm25s.BM25:
-    model = bm25s.BM25(k1=TextIndex.K1, b=TextIndex.B, method="lucene")
-    model.index([tokens or [""] for tokens in corpus], show_progress=False)
-    return model
-
-
-def dense_reference(model: bm25s.BM25, ids: list[int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    scores = model.get_scores_from_ids(ids)
-    positions = np.flatnonzero(scores > 0)
-    return positions, scores[positions]
-
-
-def assert_same(
-    got: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]],
-    want: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]],
-) -> None:
-    assert got[0].tolist() == want[0].tolist()
-    assert got[1].dtype == np.float32
-    assert got[1].view(np.int32).tolist() == np.asarray(want[1], dtype=np.float32).view(np.int32).tolist()  # bits
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    corpus=st.lists(texts_st, min_size=1, max_size=40),
-    query=st.lists(st.sampled_from(QUERY_WORDS), min_size=1, max_size=8),
-    share=st.sampled_from([0.0, float("inf")]),
-)
-def test_postings_scores_equal_bm25s_dense_scores(corpus: list[str], query: list[str], share: float) -> None:
-    model = bm25([tokenize(text) for text in corpus])
-    ids = model.get_tokens_ids([token for word in query for token in tokenize(word)])  # repeats kept
-    with dense_share(share):
-        got = score_postings(model.scores, ids)
-    assert_same(got, dense_reference(model, ids))
-
-
-def test_postings_scores_of_no_or_unknown_tokens_are_empty() -> None:
-    model = bm25([["alpha"], ["beta", "alpha"]])
-    for ids in ([], model.get_tokens_ids(["zebra"])):
-        positions, scores = score_postings(model.scores, ids)
-        assert positions.tolist() == [] and scores.tolist() == []
-    # bm25s appends the empty token to the vocabulary without a column: it has no postings
-    assert score_postings(model.scores, [len(model.scores["indptr"]) - 1])[0].tolist() == []
-
-
-def test_repeated_documents_in_a_column_are_summed_like_bm25s() -> None:
-    model = bm25([["alpha", "beta"], ["alpha"], ["beta", "beta", "gamma"]])
-    # A hand-made matrix whose only column lists document 1 twice (bm25s never writes one; a file might).
-    crafted = {
-        "data": np.array([0.5, 0.25, 0.125], dtype=np.float32),
-        "indices": np.array([1, 1, 0], dtype=np.int32),
-        "indptr": np.array([0, 3], dtype=np.int64),
-        "num_docs": 2,
-    }
-    model.scores = crafted
-    for share in (0.0, float("inf")):
-        with dense_share(share):
-            assert_same(score_postings(crafted, [0, 0]), dense_reference(model, [0, 0]))
-
-
-# -- the whole index against the search it replaced ---------------------------------------------------------
-def reference_search(index: TextIndex, query: str, k: int, mask: npt.NDArray[np.bool_]) -> list[tuple[int, float]]:
-    """The former TextIndex.search: bm25s's dense scores over every main document, then positives, mask, top k."""
-    terms = list(dict.fromkeys(tokenize(query)))
-    if not terms or k <= 0 or not len(index):
+def definition(texts: dict[int, str], query: str, k: int, mask: npt.NDArray[np.bool_]) -> list[tuple[int, float]]:
+    """BM25 from its definition over the live ``texts``, best first, equal scores in slot order."""
+    documents = {slot: Counter(tokenize(text)) for slot, text in texts.items()}
+    n = len(documents)
+    if not n or k <= 0:
         return []
-    found: list[tuple[int, float]] = []
-    main = index._main
-    if main is not None and len(index._main_slots):
-        ids = main.get_tokens_ids(terms)
-        if ids:
-            scores = main.get_scores_from_ids(ids)
-            positive = np.flatnonzero(scores > 0)
-            slots = index._main_slots[positive]
-            keep = index._main_current.view()[slots] & mask[slots]
-            found = top_k(slots[keep], scores[positive][keep].astype(np.float32), k)
-    if index._tail:
-        found += reference_tail(index, terms, k, mask)
-        found.sort(key=lambda item: (-item[1], item[0]))
-    return found[:k]
-
-
-def reference_tail(index: TextIndex, terms: list[str], k: int, mask: npt.NDArray[np.bool_]) -> list[tuple[int, float]]:
-    """The former TextIndex._search_tail: BM25 in Python floats, document by document, term by term."""
-    n_docs = len(index)
-    avg_len = max(1e-9, (index._main_len + index._tail_len) / max(1, n_docs))
+    average = sum(sum(d.values()) for d in documents.values()) / n
     scores: dict[int, float] = {}
-    for term in terms:
-        postings = index._tail_postings.get(term)
-        if not postings:
+    for term in dict.fromkeys(tokenize(query)):
+        df = sum(1 for d in documents.values() if term in d)
+        if not df:
             continue
-        df = index._main_df.get(term, 0) + index._tail_df[term]
-        idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-        for slot in postings:
-            if not mask[slot]:
-                continue
-            tf = index._tail[slot][term]
-            dl = index._tail_lens[slot]
-            tfc = tf / (index.K1 * (1 - index.B + index.B * dl / avg_len) + tf)
-            scores[slot] = scores.get(slot, 0.0) + idf * tfc
-    slots = np.fromiter(scores, dtype=np.int64, count=len(scores))
-    values = np.fromiter(scores.values(), dtype=np.float32, count=len(scores))
-    return top_k(slots, values, k)
+        weight = idf(n, df)
+        for slot, document in documents.items():
+            tf = document.get(term, 0)
+            if tf and mask[slot]:
+                length = sum(document.values())
+                scores[slot] = scores.get(slot, 0.0) + weight * tf / (K1 * (1 - B + B * length / average) + tf)
+    ranked = sorted(((slot, rank_score(score)) for slot, score in scores.items()), key=lambda p: (-p[1], p[0]))
+    return ranked[:k]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    corpus=st.lists(
+        st.tuples(st.lists(st.sampled_from(WORDS), max_size=6), st.integers(0, 3000)), min_size=1, max_size=30
+    )
+)
+def test_term_frequencies_are_recovered_exactly_from_bm25s_scores(corpus: list[tuple[list[str], int]]) -> None:
+    # documents of a few words, some repeating one word up to 3,000 times (long JSON episodes do)
+    documents = [tokenize(" ".join([*words, *["omega"] * repeat])) for words, repeat in corpus]
+    model = bm25s.BM25(k1=K1, b=B, method="lucene", dtype="float64")
+    model.index([d or [""] for d in documents], show_progress=False)
+    lengths = np.array([len(d) for d in documents], dtype=np.int64)
+    tf = term_frequencies(model.scores, lengths)
+    vocab = model.vocab_dict
+    indptr, indices = model.scores["indptr"], model.scores["indices"]
+    for term, column in vocab.items():
+        if column + 1 >= len(indptr):
+            continue  # the empty token bm25s appends without a column
+        for at in range(int(indptr[column]), int(indptr[column + 1])):
+            document = documents[int(indices[at])]
+            assert tf[at] == (document.count(term) if term else 1)
+
+
+def test_a_saved_index_of_the_old_layout_is_refused() -> None:
+    corpus = Corpus()
+    corpus.texts = {0: "alpha beta"}
+    index = TextIndex(corpus)
+    index.set(0, "alpha beta")
+    index.rebuild()
+    state = index.export()
+    assert state["format"] == FORMAT
+    old = {key: value for key, value in state.items() if key not in ("format", "lengths")}
+    with pytest.raises(TextMismatch):
+        TextIndex(corpus).restore(old, np.array([0]), corpus.texts.__getitem__)
 
 
 class Corpus:
@@ -173,7 +129,7 @@ operation_st = st.one_of(
     share=st.sampled_from([0.0, float("inf")]),
     sampled=st.booleans(),
 )
-def test_search_equals_the_dense_bm25s_search(
+def test_search_equals_the_definition_whatever_the_history(
     initial: list[str],
     operations: list[tuple[str, int, str]],
     queries: list[str],
@@ -209,9 +165,8 @@ def test_search_equals_the_dense_bm25s_search(
     with dense_share(share), sampling_everywhere() if sampled else nullcontext():
         for query in queries:
             for mask in masks:
-                want = reference_search(index, query, k, mask)
+                want = definition(corpus.texts, query, k, mask)
                 assert index.search(query, k, mask) == want
-                assert reference_search(restored, query, k, mask) == want
                 assert restored.search(query, k, mask) == want
                 # every document found holds a query term, is live and passes the mask
                 terms = set(tokenize(query))
@@ -245,13 +200,18 @@ def test_dense_and_sparse_merges_agree_on_a_larger_corpus(share: float) -> None:
     # Zipf-like: a few very common words, many rare ones
     weights = 1.0 / np.arange(1, len(vocabulary) + 1)
     weights /= weights.sum()
-    corpus = [list(rng.choice(vocabulary, size=int(rng.integers(1, 12)), p=weights)) for _ in range(3000)]
-    model = bm25(corpus)
-    for _ in range(50):
-        query = list(rng.choice(vocabulary, size=int(rng.integers(1, 6))))
-        ids = model.get_tokens_ids(query)
+    corpus = Corpus()
+    index = TextIndex(corpus, min_rebuild=10_000)
+    for slot in range(3000):
+        corpus.texts[slot] = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 12)), p=weights))
+        index.set(slot, corpus.texts[slot])
+        if slot == 2000:
+            index.rebuild()  # 2,001 main documents, 999 in the tail
+    mask = np.ones(3000, dtype=np.bool_)
+    for _ in range(30):
+        query = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 6))))
         with dense_share(share):
-            assert_same(score_postings(model.scores, ids), dense_reference(model, ids))
+            assert index.search(query, 10, mask) == definition(corpus.texts, query, 10, mask)
 
 
 # -- top k ------------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""Full-text tokens: the one tokenizer that BM25 search uses in every backend that computes BM25 itself (the
-in-memory backend and the reference store), so that their scores are comparable bit for bit."""
+"""Full-text tokens and BM25: the one tokenizer and the one scoring formula of full-text search in every backend
+(the in-memory backend, PostgreSQL's postings tables and the reference store), so that they rank alike."""
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 from functools import lru_cache
 
 import Stemmer
@@ -17,6 +19,22 @@ _STEMMER = Stemmer.Stemmer("english")
 #: tf part = tf / (K1 * (1 - B + B * dl / avgdl) + tf)).
 K1 = 1.5
 B = 0.75
+
+
+def idf(documents: int, df: int) -> float:
+    """A term's inverse document frequency among ``documents`` of which ``df`` hold it (Lucene: never negative)."""
+    return math.log(1.0 + (documents - df + 0.5) / (df + 0.5))
+
+
+def rank_score(score: float) -> float:
+    """A BM25 score as every backend returns and ranks it: the float64 sum of its terms, rounded to float32, so
+    that sums added in another order (a database's aggregate) rank and tie alike; equal scores go in insertion
+    order.
+
+    >>> rank_score(0.1) == rank_score(0.1 + 1e-17)
+    True
+    """
+    return float(struct.unpack("f", struct.pack("f", score))[0])
 
 
 @lru_cache(maxsize=500_000)

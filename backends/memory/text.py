@@ -1,9 +1,16 @@
-"""BM25 over slots: a bm25s index for the bulk, an incremental inverted index for the fresh tail.
+"""BM25 over slots: a bm25s index for the bulk, an incremental inverted index for the fresh tail, both scored at
+query time with the current corpus statistics.
 
 bm25s cannot add a document without re-indexing the whole corpus, so new or changed documents go to a tail
-with its own postings and are scored with the same BM25 (Lucene variant) formula and corpus-wide statistics.
-When the tail grows past a fraction of the main index, both are merged by one rebuild, so the amortised cost of
-an add stays small and every query sees every live document exactly once.
+with its own postings. When the tail grows past a fraction of the main index, both are merged by one rebuild, so
+the amortised cost of an add stays small and every query sees every live document exactly once.
+
+Scores do not depend on when the index was last rebuilt: bm25s writes each posting's score with the statistics of
+its build; the index turns that back into the posting's term frequency (exact: the score is a known increasing
+function of it) and keeps each document's length, so every query scores main and tail postings with one formula
+(:mod:`tkg.tokens`) over the live documents' N, df and average length, in float64 and in query-term order. A
+live store, the same store reopened and the reference store give the same scores (the backend conformance suite
+checks this against the reference store without folding the index first).
 
 Memory: tokens are not kept per document. A rebuild re-tokenizes the live texts (the store hands them over through
 ``source``), and removing a document of the main index re-tokenizes its old text to update the statistics; this
@@ -12,7 +19,6 @@ trades a little CPU on rare paths for ~200 bytes a document.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -22,17 +28,18 @@ import numpy as np
 import numpy.typing as npt
 
 from tkg import tokens
-from tkg.tokens import tokenize
+from tkg.tokens import idf, tokenize
 
 from .arrays import Column
 from .vectors import Mask, dense_candidates, top_k
 
 Source = Callable[[], Iterable[tuple[int, str]]]
 
+#: The layout of :meth:`TextIndex.export`; a saved index of another layout is rebuilt on load.
+FORMAT = 2
 
 # Below this share of the documents a query's postings are merged sparsely (sort by document); above it one
-# dense float32 array over all documents is cheaper (at 1M documents: ~1 ms of fixed cost, then a few ns a
-# posting, against ~30 ns a posting for the sort).
+# dense float64 array over all main documents is cheaper.
 _DENSE_SHARE = 1 / 32
 
 
@@ -41,54 +48,25 @@ def _spans(index: dict[str, Any], token_ids: Sequence[int]) -> list[tuple[int, i
     empty token is added to the vocabulary after the matrix is built) have no postings."""
     indptr = index["indptr"]
     columns = len(indptr) - 1
-    return [(int(indptr[t]), int(indptr[t + 1])) for t in token_ids if 0 <= t < columns]
+    return [(int(indptr[t]), int(indptr[t + 1])) if 0 <= t < columns else (0, 0) for t in token_ids]
 
 
-def _dense_scores(index: dict[str, Any], spans: list[tuple[int, int]]) -> npt.NDArray[np.float32]:
-    """bm25s's own accumulation: a float32 array over every document, the postings added token by token."""
-    data, indices = _canonical(index["data"]), index["indices"]
-    scores = np.zeros(int(index["num_docs"]), dtype=np.float32)
-    for a, b in spans:
-        np.add.at(scores, indices[a:b], data[a:b])
-    return scores
-
-
-def _canonical(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    # np.add.at takes its fast loop only for numpy's own dtype instances; an array unpickled elsewhere carries an
-    # equal but distinct one and is ~25x slower. A view with the canonical dtype costs nothing.
-    return array.view(np.dtype(array.dtype.str))
-
-
-def score_postings(
-    index: dict[str, Any], token_ids: Sequence[int]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """BM25 scores of the documents with a positive score for ``token_ids`` in a bm25s index's precomputed CSC
-    matrix (``index`` is ``BM25.scores``): document positions in ascending order and their float32 scores.
-
-    Bit for bit what ``BM25.get_scores_from_ids`` gives at those positions (every other document scores 0
-    there): each document's score is the float32 sum of its postings in the order of ``token_ids``, repeats
-    included. When the postings are few next to the documents, only they are read (no array over all
-    documents).
-    """
-    spans = _spans(index, token_ids)
-    total = sum(b - a for a, b in spans)
-    if not total:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-    if total >= _DENSE_SHARE * int(index["num_docs"]):
-        scores = _dense_scores(index, spans)
-        positions = np.flatnonzero(scores > 0)
-        return positions, scores[positions]
-    # Sparse: the documents in any of the postings, sorted, each posting list mapped onto them by the inverse of
-    # np.unique; adding list by list in query order keeps bm25s's order of float32 additions.
-    data, indices = _canonical(index["data"]), index["indices"]
-    documents, inverse = np.unique(np.concatenate([indices[a:b] for a, b in spans]), return_inverse=True)
-    sums = np.zeros(len(documents), dtype=np.float32)
-    offset = 0
-    for a, b in spans:
-        np.add.at(sums, inverse[offset : offset + b - a], data[a:b])
-        offset += b - a
-    positive = sums > 0
-    return documents[positive].astype(np.int64), sums[positive]
+def term_frequencies(index: dict[str, Any], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+    """The term frequency of every posting of a bm25s (Lucene, float64) index built over documents of
+    ``lengths`` tokens (bm25s counts an empty document as one token): its score s = idf * tf / (K + tf), with K
+    the document's length norm and idf the column's at build time, is solved for tf = s * K / (idf - s) and
+    rounded (the float64 error is far below one half for any real document)."""
+    data = np.asarray(index["data"], dtype=np.float64)
+    indptr = np.asarray(index["indptr"], dtype=np.int64)
+    if not len(data):
+        return np.zeros(0, dtype=np.float32)
+    n = int(index["num_docs"])
+    built = np.maximum(lengths, 1).astype(np.float64)
+    df = np.diff(indptr).astype(np.float64)
+    column_idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    posting_idf = np.repeat(column_idf, np.diff(indptr))
+    norm = tokens.K1 * (1 - tokens.B + tokens.B * built[np.asarray(index["indices"])] / built.mean())
+    return np.rint(data * norm / (posting_idf - data)).astype(np.float32)
 
 
 class TextMismatch(Exception):
@@ -104,6 +82,7 @@ class TextIndex:
         self._count = 0  # live documents
         self._main: bm25s.BM25 | None = None
         self._main_slots = np.zeros(0, dtype=np.int64)  # main position -> slot
+        self._main_lengths = np.zeros(0, dtype=np.float64)  # main position -> its document's length in tokens
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
         self._main_df: Counter[str] = Counter()
         self._main_len = 0
@@ -168,18 +147,25 @@ class TextIndex:
         slots = np.fromiter((s for s, _ in docs), dtype=np.int64, count=len(docs))
         corpus = [tokenize(text) for _, text in docs]
         del docs
+        lengths = np.fromiter(map(len, corpus), dtype=np.int64, count=len(corpus))
         self._main = None
         if len(slots):
-            self._main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene")
+            self._main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene", dtype="float64")
             self._main.index([tokens or [""] for tokens in corpus], show_progress=False)
-        self._set_main(slots, np.ones(len(slots), dtype=np.bool_))
+            scores = self._main.scores
+            scores["data"] = term_frequencies(scores, lengths)
+            scores["indices"] = np.asarray(scores["indices"], dtype=np.int32)
+        self._set_main(slots, np.ones(len(slots), dtype=np.bool_), lengths)
         self._main_df = Counter(term for tokens in corpus for term in set(tokens))
-        self._main_len = sum(len(tokens) for tokens in corpus)
+        self._main_len = int(lengths.sum())
         self._count = len(slots)
         self._clear_tail()
 
-    def _set_main(self, slots: npt.NDArray[np.int64], current: npt.NDArray[np.bool_]) -> None:
+    def _set_main(
+        self, slots: npt.NDArray[np.int64], current: npt.NDArray[np.bool_], lengths: npt.NDArray[np.int64]
+    ) -> None:
         self._main_slots = slots
+        self._main_lengths = lengths.astype(np.float64)
         self._main_current = Column(np.bool_, False, capacity=max(1024, int(slots.max(initial=0)) + 1))
         self._main_current.ensure(int(slots.max(initial=-1)) + 1)
         self._main_current.view()[slots[current]] = True
@@ -192,7 +178,9 @@ class TextIndex:
         """The main index as plain arrays and lists (for a snapshot); the tail is listed by slot only."""
         main = self._main
         out: dict[str, object] = {
+            "format": FORMAT,
             "slots": self._main_slots,
+            "lengths": self._main_lengths.astype(np.int64),
             "current": self._main_current.view()[self._main_slots] if len(self._main_slots) else np.zeros(0, bool),
             "df_terms": list(self._main_df),
             "df_counts": np.fromiter(self._main_df.values(), dtype=np.int64, count=len(self._main_df)),
@@ -214,8 +202,11 @@ class TextIndex:
         """Load an :meth:`export`-ed index into this empty one. ``live`` are the slots that have a document
         now, ``texts(slot)`` their text (for the tail, which is re-tokenized). Raises :class:`TextMismatch` if the
         state does not describe exactly those documents."""
+        if state.get("format") != FORMAT:
+            raise TextMismatch("a text index of another layout (term frequencies were added in format 2)")
         try:
             slots = np.asarray(state["slots"], dtype=np.int64)
+            lengths = np.asarray(state["lengths"], dtype=np.int64)
             current = np.asarray(state["current"], dtype=np.bool_)
             tail = np.asarray(state["tail"], dtype=np.int64)
             df_terms = list(state["df_terms"])  # type: ignore[call-overload]
@@ -223,7 +214,7 @@ class TextIndex:
             main_len = int(state["main_len"])  # type: ignore[call-overload]
         except (KeyError, TypeError, ValueError) as exc:
             raise TextMismatch(f"incomplete text index: {exc}") from None
-        documents = np.concatenate([slots[current], tail]) if len(current) == len(slots) else None
+        documents = np.concatenate([slots[current], tail]) if len(current) == len(slots) == len(lengths) else None
         if documents is None or len(df_terms) != len(df_counts):
             raise TextMismatch("inconsistent text index arrays")
         if len(documents) != len(live) or not np.array_equal(np.sort(documents), np.sort(live)):
@@ -232,8 +223,8 @@ class TextIndex:
         if len(slots):
             try:
                 vocab = list(state["vocab"])  # type: ignore[call-overload]
-                data = np.asarray(state["data"])
-                indices = np.asarray(state["indices"])
+                data = np.asarray(state["data"], dtype=np.float32)
+                indices = np.asarray(state["indices"], dtype=np.int32)
                 indptr = np.asarray(state["indptr"])
                 num_docs = int(state["num_docs"])  # type: ignore[call-overload]
             except (KeyError, TypeError, ValueError) as exc:
@@ -245,15 +236,16 @@ class TextIndex:
                 or len(data) != len(indices)
                 or (len(indptr) and int(indptr[-1]) != len(data))
                 or (len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= num_docs))
+                or (len(data) and not float(data.min()) >= 1)
             ):
                 raise TextMismatch("the bm25 arrays do not fit together")
-            main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene")
+            main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene", dtype="float64")
             main.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": num_docs}
             main.vocab_dict = {term: i for i, term in enumerate(vocab)}
             main.unique_token_ids_set = set(main.vocab_dict.values())
             main.nonoccurrence_array = None
         self._main = main
-        self._set_main(slots, current)
+        self._set_main(slots, current, lengths)
         self._main_df = Counter(dict(zip(df_terms, df_counts.tolist(), strict=True)))
         self._main_len = main_len
         self._count = int(np.count_nonzero(current))
@@ -267,31 +259,62 @@ class TextIndex:
 
     # -- reads ----------------------------------------------------------------------------------------------
     def search(self, query: str, k: int, mask: Mask) -> list[tuple[int, float]]:
-        terms = list(dict.fromkeys(tokenize(query)))
-        if not terms or k <= 0 or not self._count:
+        """The ``k`` best slots that ``mask`` admits for ``query``: BM25 (:mod:`tkg.tokens`) over the live
+        documents' statistics, each score a float64 sum in query-term order returned as
+        :func:`~tkg.tokens.rank_score`; equal scores in slot order."""
+        if k <= 0 or not self._count:
             return []
+        documents = self._count
+        weights = {}  # term -> idf, in query order; terms no live document holds add nothing
+        for term in dict.fromkeys(tokenize(query)):
+            df = self._main_df.get(term, 0) + self._tail_df.get(term, 0)
+            if df:
+                weights[term] = idf(documents, df)
+        if not weights:
+            return []
+        average = max(1e-9, (self._main_len + self._tail_len) / documents)
         found: list[tuple[int, float]] = []
         main = self._main
         if main is not None and len(self._main_slots):
-            ids = main.get_tokens_ids(terms)
-            if ids:
-                found = self._search_main(main.scores, ids, k, mask)
+            found = self._search_main(main, weights, average, k, mask)
         if self._tail:
-            found += self._search_tail(terms, k, mask)
+            found += self._search_tail(weights, average, k, mask)
             found.sort(key=lambda item: (-item[1], item[0]))
         return found[:k]
 
-    def _search_main(self, index: dict[str, Any], ids: list[int], k: int, mask: Mask) -> list[tuple[int, float]]:
-        """The top ``k`` main documents for the token ids: bm25s's scores, equal ones in slot order."""
+    def _weigh(
+        self, weight: float, tf: npt.NDArray[np.float64], lengths: npt.NDArray[np.float64], average: float
+    ) -> npt.NDArray[np.float64]:
+        return weight * tf / (self.K1 * (1 - self.B + self.B * lengths / average) + tf)
+
+    def _search_main(
+        self, main: bm25s.BM25, weights: dict[str, float], average: float, k: int, mask: Mask
+    ) -> list[tuple[int, float]]:
+        """The top ``k`` current main documents."""
+        index = main.scores
+        vocab = main.vocab_dict
+        columns = [(vocab[term], weight) for term, weight in weights.items() if term in vocab]
+        if not columns:
+            return []
+        spans = _spans(index, [c for c, _ in columns])
+        data, indices = index["data"], index["indices"]
         n = len(self._main_slots)
-        spans = _spans(index, ids)
         total = sum(b - a for a, b in spans)
+        if not total:
+            return []
+        parts = [
+            (indices[a:b], self._weigh(w, data[a:b].astype(np.float64), self._main_lengths[indices[a:b]], average))
+            for (a, b), (_, w) in zip(spans, columns, strict=True)
+            if b > a
+        ]
+        current = self._main_current.view()
         # Main positions are slots when no slot is missing (slots are sorted and distinct); then a query whose
-        # postings cover a good share of the documents is masked with dense boolean ops, cheaper than gathering
-        # the mask for each candidate.
+        # postings cover a good share of the documents is summed in one dense array and masked with dense ops.
         if total >= _DENSE_SHARE * n and int(self._main_slots[-1]) == n - 1:
-            scores = _dense_scores(index, spans)
-            current = self._main_current.view()
+            sums = np.zeros(n, dtype=np.float64)
+            for at, values in parts:
+                np.add.at(sums, at, values)
+            scores = sums.astype(np.float32)
             positions = dense_candidates(scores, lambda at: current[at] & mask[at], k)
             if positions is None:
                 keep = scores > 0
@@ -299,35 +322,30 @@ class TextIndex:
                 keep &= mask[:n]
                 positions = np.flatnonzero(keep)
             return top_k(positions, scores[positions], k)
-        positions, values = score_postings(index, ids)
-        slots = self._main_slots[positions]
-        keep = self._main_current.view()[slots] & mask[slots]
-        return top_k(slots[keep], values[keep], k)
+        documents, inverse = np.unique(np.concatenate([at for at, _ in parts]), return_inverse=True)
+        sums = np.zeros(len(documents), dtype=np.float64)
+        np.add.at(sums, inverse, np.concatenate([values for _, values in parts]))  # in query order
+        slots = self._main_slots[documents]
+        keep = current[slots] & mask[slots] & (sums > 0)
+        return top_k(slots[keep], sums[keep].astype(np.float32), k)
 
-    def _search_tail(self, terms: list[str], k: int, mask: Mask) -> list[tuple[int, float]]:
-        """The tail's top ``k``: the same BM25 (Lucene) formula as the main index over corpus-wide statistics,
-        in float64 term by term in query order, then float32; vectorised per term (the tail may hold a quarter
+    def _search_tail(self, weights: dict[str, float], average: float, k: int, mask: Mask) -> list[tuple[int, float]]:
+        """The tail's top ``k``, scored like the main documents; vectorised per term (the tail may hold a quarter
         of the main index between merges)."""
-        n_docs = self._count
-        avg_len = max(1e-9, (self._main_len + self._tail_len) / max(1, n_docs))
         lengths = self._tail_lens
         found_slots: list[npt.NDArray[np.int64]] = []
         found_scores: list[npt.NDArray[np.float64]] = []
-        for term in terms:
+        for term, weight in weights.items():
             postings = self._tail_postings.get(term)
             if not postings:
                 continue
-            df = self._main_df.get(term, 0) + self._tail_df[term]
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             n = len(postings)
             slots = np.fromiter(postings.keys(), dtype=np.int64, count=n)
             tf = np.fromiter(postings.values(), dtype=np.float64, count=n)
             dl = np.fromiter(map(lengths.__getitem__, postings.keys()), dtype=np.float64, count=n)
             keep = mask[slots]
-            slots, tf, dl = slots[keep], tf[keep], dl[keep]
-            tfc = tf / (self.K1 * (1 - self.B + self.B * dl / avg_len) + tf)
-            found_slots.append(slots)
-            found_scores.append(idf * tfc)
+            found_slots.append(slots[keep])
+            found_scores.append(self._weigh(weight, tf[keep], dl[keep], average))
         if not found_slots or not sum(map(len, found_slots)):
             return []
         slots, inverse = np.unique(np.concatenate(found_slots), return_inverse=True)
@@ -344,4 +362,4 @@ class TextIndex:
         arrays = 0
         if main is not None:
             arrays = sum(np.asarray(main.scores[k]).nbytes for k in ("data", "indices", "indptr"))
-        return {"bm25": arrays + self._main_slots.nbytes + self._main_current.size}
+        return {"bm25": arrays + self._main_slots.nbytes + self._main_lengths.nbytes + self._main_current.size}

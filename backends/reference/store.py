@@ -9,7 +9,6 @@ in tests, never for data that matters.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -23,7 +22,7 @@ from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record,
 from tkg.names import normalize_name
 from tkg.storage import Hit, Store, WriteBatch
 from tkg.timeline import Scope
-from tkg.tokens import K1, B, tokenize
+from tkg.tokens import K1, B, idf, rank_score, tokenize
 
 
 class ReferenceStore(Store):
@@ -85,8 +84,9 @@ class ReferenceStore(Store):
         return _best(hits, k)
 
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
-        """BM25 (Lucene variant) over every live document of the kind, all groups: N, df and the average length
-        are corpus-wide, as in the in-memory backend after its indexes are folded (``flush``)."""
+        """BM25 (Lucene variant, :mod:`tkg.tokens`) over every live document of the kind, all groups: N, df and
+        the average length are corpus-wide; each score is a float64 sum in query-term order, ranked and returned as
+        :func:`~tkg.tokens.rank_score`."""
         records = list(self._records[Kind(kind)].values())
         documents = [Counter(tokenize(search_text(r))) for r in records]
         n = len(documents)
@@ -102,10 +102,9 @@ class ReferenceStore(Store):
                 tf = document.get(term, 0)
                 if tf:
                     df = sum(1 for d in documents if term in d)
-                    idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-                    score += idf * tf / (K1 * (1 - B + B * length / max(average, 1e-9)) + tf)
+                    score += idf(n, df) * tf / (K1 * (1 - B + B * length / max(average, 1e-9)) + tf)
             if score > 0:
-                hits.append((score, position, record.id))
+                hits.append((rank_score(score), position, record.id))
         return _best(hits, k)
 
     def entities_by_name(self, group_id: str, names: Sequence[str]) -> dict[str, list[Entity]]:
