@@ -27,6 +27,7 @@ from tkg.backends.postgres import schema as pg_schema
 from tkg.errors import BackendError, ConfigurationError, ValidationError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
 from tkg.storage import WriteBatch
+from tkg.timeline import make_scope
 
 DIM = 32
 EMB = HashEmbedder(dim=DIM)
@@ -254,6 +255,86 @@ def test_migrations_run_once_in_order(server: EmbeddedPostgres, monkeypatch: pyt
         assert conn.execute(f"SELECT value FROM \"{schema}\".meta WHERE key = 'schema_version'").fetchone() == (
             str(SCHEMA_VERSION + 1),
         )
+
+
+def test_a_version_2_schema_gets_bm25_postings_of_its_records_on_upgrade(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 3 replaced tsvector by BM25 postings: opening a version 2 schema indexes the records it holds, and
+    its full-text search then answers exactly as the reference store does over the same records."""
+    from tkg.backends.postgres.records import row_values, upsert_statement
+    from tkg.backends.reference import ReferenceStore
+
+    schema = new_postgres_schema()
+    with monkeypatch.context() as patch:
+        patch.setattr(pg_schema, "SCHEMA_VERSION", 2)
+        PostgresStore(server.dsn, dim=DIM, schema=schema).close()
+    words = ["coffee", "tea", "Paris", "Berlin", "works", "lives", "the", "and"]
+    rng = np.random.default_rng(3)
+    entities = [
+        Entity(
+            id=f"e{i}",
+            group_id=["g", "h"][i % 2],
+            name=f"Person {i}",
+            created_at=T0,
+            summary=" ".join(rng.choice(words, size=int(rng.integers(0, 6)))),
+        )
+        for i in range(60)
+    ]
+    with admin(server) as conn:  # rows as tkg 0.1 with schema 2 wrote them
+        conn.execute(pg_schema.render("ALTER TABLE {s}.entities ALTER COLUMN tsv SET DEFAULT ''", schema))
+        for entity in entities:
+            conn.execute(pg_schema.render(upsert_statement(Kind.ENTITY), schema), row_values(entity, DIM))
+        conn.execute(pg_schema.render("INSERT INTO {s}.counts VALUES ('entity', 'g', 30), ('entity', 'h', 30)", schema))
+    oracle = ReferenceStore(dim=DIM)
+    oracle.write(WriteBatch(puts=entities))
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+        assert upgraded.count(Kind.ENTITY) == 60
+        for query in ("coffee", "tea in Paris", "person works", "Berlin lives 7"):
+            for groups in (["g"], None):
+                scope = make_scope(T0 + timedelta(days=1), groups)
+                ours, theirs = (
+                    upgraded.text_search(Kind.ENTITY, query, 8, scope),
+                    oracle.text_search(Kind.ENTITY, query, 8, scope),
+                )
+                assert [(h.id, h.score) for h in ours] == [(h.id, h.score) for h in theirs], query
+
+
+def test_bm25_with_common_and_rare_terms_is_exact(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query mixing common and rare terms first scores the documents holding a rare term, and keeps that answer
+    only when no document holding common terms alone could beat its k-th score: either way, the reference's
+    ranking (the pruned branch is taken below)."""
+    from tkg.backends.postgres import search as pg_search
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(pg_search, "_COMMON_MIN", 10)
+    rng = np.random.default_rng(5)
+    common, rare = ["coffee", "morning", "office"], ["espresso", "Lisbon", "violin", "glacier", "Kyoto"]
+    entities = []
+    for i in range(400):
+        words = [w for w in common if rng.random() < 0.6]
+        words += [w for w in rare if rng.random() < 0.02]
+        words += ["filler"] * int(rng.integers(0, 5))
+        entities.append(Entity(id=f"e{i}", group_id="gh"[i % 2], name=f"P{i}", created_at=T0, summary=" ".join(words)))
+    oracle = ReferenceStore(dim=DIM)
+    oracle.write(WriteBatch(puts=entities))
+    taken: list[bool] = []
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as store:
+        store.write(WriteBatch(puts=entities))
+        real = pg_search.rank_score
+
+        def spy(score: float) -> float:
+            taken.append(True)  # the pruned branch compares its k-th score with the common terms' bound
+            return real(score)
+
+        monkeypatch.setattr(pg_search, "rank_score", spy)
+        for query in ("coffee espresso", "morning office Lisbon violin", "coffee glacier", "office Kyoto espresso"):
+            for k in (1, 3, 10, 40):
+                for groups in (["g"], None):
+                    scope = make_scope(T0 + timedelta(days=1), groups)
+                    ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, k, scope)]
+                    assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, k, scope)]
+    assert taken
 
 
 # -- bad input ----------------------------------------------------------------------------------------------------

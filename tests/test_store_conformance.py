@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from datetime import timedelta
 
 import numpy as np
@@ -141,9 +142,9 @@ def test_text_search_contract(make_store):
     store.write(WriteBatch(puts=[entity(i, name=t) for i, t in enumerate(texts)]))
     hits = store.text_search(Kind.ENTITY, "quick brown", 10, scope())
     ids = [h.id for h in hits]
-    # The contract every backend meets (scores differ: bm25s, PostgreSQL's ts_rank): documents sharing a term are
-    # found, documents sharing none are absent, every document with all terms ranks above any with only some,
-    # and scores are positive and in rank order.
+    # The contract every backend meets: documents sharing a term are found, documents sharing none are absent,
+    # and scores are positive and in rank order (the scores themselves are compared with the reference store's in
+    # test_store_oracle).
     assert set(ids) == {"e40", "e41", "e42"}
     assert ids.index("e40") < min(ids.index("e41"), ids.index("e42"))
     assert all(h.score > 0 for h in hits) and [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
@@ -268,3 +269,51 @@ def test_an_orthogonal_record_is_found_alike_on_every_backend(make_store):
     cosine_only = SearchConfig(facts=TargetConfig(methods=("cosine",)))
     found = memory.search("north", group_ids=["g"], config=cosine_only, targets=("facts",))
     assert [r.record.fact for r in found.facts] == ["Ann faces east"]
+
+
+class _PerText:
+    """A seeded random unit vector per text (the same text, the same vector)."""
+
+    dim = 64
+    name = "per-text-test"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        rows = [np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim) for t in texts]
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+def test_hybrid_search_ranks_alike_on_every_backend(make_store):
+    """Cosine and BM25 scores agree across backends (BM25: the formula of tkg.tokens over the same corpus
+    statistics, equal scores in insertion order), so the fused ranking a memory returns is the same on every
+    backend, in order. Each text gets its own random vector: cosines of distinct texts never tie by construction
+    (a bag-of-words embedder gives equal cosines to texts of equal length sharing one word, which float32 and
+    float64 arithmetic then break differently); equal texts tie exactly, in insertion order, everywhere."""
+    from tkg import FactInput, FixedClock, Memory
+    from tkg.backends.reference import ReferenceStore
+
+    embedder = _PerText()
+
+    rng = np.random.default_rng(11)
+    people, places = ["Ann", "Bob", "Cleo", "Dan", "Eve"], ["Paris", "Berlin", "Rome", "Oslo", "Lima", "Kyoto"]
+    verbs = ["lives in", "works in", "visited", "loves", "studied in"]
+    facts = []
+    for i in range(120):
+        who, where, verb = rng.choice(people), rng.choice(places), rng.choice(verbs)
+        relation = verb.upper().replace(" ", "_")
+        facts.append(FactInput(str(who), relation, str(where), fact=f"{who} {verb} {where} (note {i % 7})"))
+    results = []
+    for store in (make_store(embedder.dim), ReferenceStore(dim=embedder.dim)):
+        memory = Memory(store, embedder=embedder, clock=FixedClock(T0))
+        for start in range(0, len(facts), 15):  # several writes: the in-memory text index has a main part and a tail
+            memory.add_facts(facts[start : start + 15], group_id="g")
+        found = []
+        for query in ("who lives in Paris", "Berlin", "Eve loves Kyoto", "studied in Oslo note 3", "works"):
+            hits = memory.search(query, group_ids=["g"], targets=("facts", "entities"), limit=10)
+            found.append(
+                (
+                    [(f.record.fact, round(f.score, 6)) for f in hits.facts],
+                    [(e.record.name, round(e.score, 6)) for e in hits.entities],
+                )
+            )
+        results.append(found)
+    assert results[0] == results[1]

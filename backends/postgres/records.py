@@ -15,12 +15,12 @@ from psycopg.types.json import Json
 from tkg.codec import decode_value, encode_value
 from tkg.embedders.base import check_vectors
 from tkg.errors import EmbeddingError, ValidationError
-from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Kind, Record, search_text
+from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Kind, Record
 from tkg.names import normalize_name
 
 from .schema import TABLES
 
-#: Kinds whose rows carry a tsvector of their search text.
+#: Kinds whose search text is indexed for BM25 (see :mod:`.terms`).
 TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 #: Columns holding a map, stored as JSON (tkg.codec's tags for what JSON lacks).
 JSON_COLUMNS = frozenset({"attributes", "verdicts"})
@@ -45,7 +45,7 @@ class Prepared:
         self.key: tuple[str, ...] = tuple(str(getattr(record, c)) for c in TABLES[record.kind].key)
 
 
-def prepare(puts: Sequence[Record], dim: int, text_config: str) -> dict[Kind, dict[tuple[str, ...], Prepared]]:
+def prepare(puts: Sequence[Record], dim: int) -> dict[Kind, dict[tuple[str, ...], Prepared]]:
     """Validate every record in Python (types, vectors, what PostgreSQL cannot hold) before touching the
     database; the last put of a key wins, as in the in-memory store."""
     out: dict[Kind, dict[tuple[str, ...], Prepared]] = {}
@@ -53,12 +53,12 @@ def prepare(puts: Sequence[Record], dim: int, text_config: str) -> dict[Kind, di
     for record in puts:
         if not isinstance(record, types):
             raise ValidationError(f"cannot store {type(record).__name__}; expected a tkg record")
-        item = Prepared(record, row_values(record, dim, text_config))
+        item = Prepared(record, row_values(record, dim))
         out.setdefault(record.kind, {})[item.key] = item
     return out
 
 
-def row_values(record: Record, dim: int, text_config: str) -> list[Any]:
+def row_values(record: Record, dim: int) -> list[Any]:
     """The parameters of ``record``'s upsert (see :func:`upsert_statement`)."""
     values: list[Any] = []
     vector_field = VECTOR_FIELD.get(record.kind)
@@ -85,8 +85,6 @@ def row_values(record: Record, dim: int, text_config: str) -> list[Any]:
         values.append(value)
     if isinstance(record, Entity):
         values.append(sorted({normalize_name(n) for n in (record.name, *record.aliases)}))
-    if record.kind in TEXT_KINDS:
-        values += [text_config, search_text(record)]
     return values
 
 
@@ -109,9 +107,6 @@ def upsert_statement(kind: Kind) -> str:
     if kind is Kind.ENTITY:
         columns.append("names")
         placeholders.append("%s")
-    if kind in TEXT_KINDS:
-        columns.append("tsv")
-        placeholders.append("to_tsvector(%s::regconfig, %s)")
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in table.key)
     return (
         f"INSERT INTO {{s}}.{table.name} ({', '.join(columns)}) VALUES ({', '.join(placeholders)}) "

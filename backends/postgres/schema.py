@@ -21,7 +21,7 @@ from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Menti
 from .connection import connect, describe
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,14 @@ CREATE TABLE {s}.memberships (
 CREATE INDEX memberships_entity ON {s}.memberships (entity_id);
 """
 
-#: The search indexes, kept apart so that a bulk load can drop them and build each once at the end.
+#: Version 1's full-text indexes (tsvector + GIN); version 3 replaced them by BM25 postings (:mod:`.terms`).
+_V1_TEXT_INDEXES = [
+    f"CREATE INDEX IF NOT EXISTS {table}_tsv ON {{s}}.{table} USING gin (tsv)"
+    for table in ("episodes", "entities", "facts", "communities")
+]
+
+#: The vector indexes, kept apart so that a bulk load can drop them and build each once at the end.
 SEARCH_INDEXES: dict[str, str] = {
-    "episodes_tsv": "CREATE INDEX IF NOT EXISTS episodes_tsv ON {s}.episodes USING gin (tsv)",
-    "entities_tsv": "CREATE INDEX IF NOT EXISTS entities_tsv ON {s}.entities USING gin (tsv)",
-    "facts_tsv": "CREATE INDEX IF NOT EXISTS facts_tsv ON {s}.facts USING gin (tsv)",
-    "communities_tsv": "CREATE INDEX IF NOT EXISTS communities_tsv ON {s}.communities USING gin (tsv)",
     "episodes_hnsw": (
         "CREATE INDEX IF NOT EXISTS episodes_hnsw ON {s}.episodes USING hnsw (embedding vector_cosine_ops)"
     ),
@@ -158,6 +160,12 @@ SEARCH_INDEXES: dict[str, str] = {
         "CREATE INDEX IF NOT EXISTS communities_hnsw ON {s}.communities USING hnsw (name_embedding vector_cosine_ops)"
     ),
 }
+
+#: Fresh planner statistics for the tables searches read.
+ANALYZE = (
+    "ANALYZE {s}.facts, {s}.entities, {s}.episodes, {s}.communities, {s}.facts_terms, {s}.entities_terms, "
+    "{s}.episodes_terms, {s}.communities_terms, {s}.text_df"
+)
 
 
 def quote_ident(name: str) -> str:
@@ -176,7 +184,7 @@ def render(text: str, schema: str, vector: str = "") -> sql.Composed:
 def _migrate_to_1(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
     dim = int(settings["dim"])
     conn.execute(render(_V1, schema, vector=f"vector({dim})"))
-    for statement in SEARCH_INDEXES.values():
+    for statement in [*_V1_TEXT_INDEXES, *SEARCH_INDEXES.values()]:
         conn.execute(render(statement, schema))
     conn.execute(
         render("INSERT INTO {s}.meta (key, value) VALUES ('dim', %s), ('text_config', %s)", schema),
@@ -196,10 +204,38 @@ def _migrate_to_2(conn: psycopg.Connection[Any], schema: str, settings: dict[str
     conn.execute(render(_V2, schema))
 
 
+# Version 3: full text is BM25 over tkg's own tokens (the formula and tokenizer of every backend), kept in
+# postings tables with the corpus statistics (see .terms); PostgreSQL's tsvector and ts_rank are dropped. The
+# postings of the records already stored are written by the migration.
+_V3 = """
+ALTER TABLE {s}.counts ADD COLUMN tokens bigint NOT NULL DEFAULT 0;
+CREATE TABLE {s}.text_df (kind text NOT NULL, term text NOT NULL, df bigint NOT NULL, PRIMARY KEY (kind, term));
+"""
+_V3_TABLE = """
+DROP INDEX IF EXISTS {s}.{table}_tsv;
+ALTER TABLE {s}.{table} DROP COLUMN tsv;
+CREATE TABLE {s}.{table}_terms (
+    term text NOT NULL, seq bigint NOT NULL, tf integer NOT NULL, dl integer NOT NULL,
+    PRIMARY KEY (term, seq) INCLUDE (tf, dl)
+);
+CREATE INDEX {table}_terms_seq ON {s}.{table}_terms (seq);
+"""
+
+
+def _migrate_to_3(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    from .terms import index_stored  # the postings are written with the store's own code
+
+    conn.execute(render(_V3, schema))
+    for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY):
+        conn.execute(render(_V3_TABLE.replace("{table}", TABLES[kind].name), schema))
+        index_stored(conn, lambda text: render(text, schema), kind)
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
     2: _migrate_to_2,
+    3: _migrate_to_3,
 }
 
 

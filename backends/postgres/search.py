@@ -1,11 +1,9 @@
 """Searches of a PostgreSQL store: cosine k-NN over pgvector's HNSW index (exact when the index walk comes back
-short) and full text over tsvector + GIN, ranked with all-terms matches first."""
+short) and BM25 over the postings tables of :mod:`.terms`, scored and ranked as every backend does."""
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -15,17 +13,46 @@ from tkg.errors import BackendError
 from tkg.models import VECTOR_FIELD, Kind, Vector
 from tkg.storage import Hit
 from tkg.timeline import Scope
+from tkg.tokens import K1, B, idf, rank_score, tokenize
 
 from .records import TEXT_KINDS
 from .schema import TABLES
 from .scope import scope_where
 from .session import Session
+from .terms import postings_table
+
+# A term held by more than this share of a kind's documents (and more than _COMMON_MIN of them) is common: a
+# query that also has rarer terms first scores only the documents holding one of those (see text_search).
+_COMMON_SHARE = 0.01
+_COMMON_MIN = 100
+
+#: The documents of a kind, their total length in tokens, and each query term's document frequency.
+CORPUS_STATISTICS = (
+    "SELECT (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE kind = %(kind)s), "
+    "(SELECT coalesce(sum(tokens), 0) FROM {s}.counts WHERE kind = %(kind)s), "
+    "array(SELECT coalesce(d.df, 0) FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, i) "
+    "LEFT JOIN {s}.text_df d ON d.kind = %(kind)s AND d.term = u.term ORDER BY u.i)"
+)
 
 
-def _tsquery(lexemes: Sequence[str], operator: str) -> str:
-    """Lexemes joined by ``|`` or ``&`` in tsquery syntax, each quoted (so no lexeme is parsed again)."""
-    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes)
-    return f" {operator} ".join(quoted)
+def bm25_statements(kind: Kind, where: str) -> tuple[str, str]:
+    """The top-k BM25 query over every posting of the query's terms, and the same over the documents holding
+    one of the ``rare`` terms only. Each term's part is computed as :mod:`tkg.tokens` writes it (the same float64
+    operations in the same order); the sum is ranked as its float4 (``rank_score``), equal scores by ``seq``."""
+    postings, table = postings_table(kind), TABLES[kind].name
+    part = "u.w * p.tf / (%(k1)s * (1 - %(b)s + %(b)s * p.dl / %(average)s) + p.tf)"
+    terms = "unnest(%(terms)s::text[], %(weights)s::float8[]) AS u(term, w)"
+    ranked = f") s JOIN {{s}}.{table} r ON r.seq = s.seq WHERE {where} ORDER BY s.score DESC, r.seq LIMIT %(k)s"
+    scored = (
+        f"SELECT r.id, s.score FROM (SELECT p.seq, sum({part})::float4 AS score FROM {terms} "
+        f"JOIN {{s}}.{postings} p ON p.term = u.term GROUP BY p.seq{ranked}"
+    )
+    pruned = (
+        f"SELECT r.id, s.score FROM (SELECT c.seq, sum({part})::float4 AS score FROM "
+        f"(SELECT DISTINCT seq FROM {{s}}.{postings} WHERE term = ANY(%(rare)s::text[])) c CROSS JOIN {terms} "
+        f"JOIN {{s}}.{postings} p ON p.term = u.term AND p.seq = c.seq GROUP BY c.seq{ranked}"
+    )
+    return scored, pruned
 
 
 class Search(Session):
@@ -66,54 +93,33 @@ class Search(Session):
         kind = Kind(kind)
         if kind not in TEXT_KINDS:
             raise BackendError(f"{kind} records have no text to search")
-        if k <= 0 or not query.strip():
-            return []
-        lexemes = self._lexemes(query)
-        if not lexemes:
-            return []  # stop words only
-        params: dict[str, Any] = {"any": _tsquery(lexemes, "|"), "all": _tsquery(lexemes, "&"), "k": int(k)}
+        terms = list(dict.fromkeys(tokenize(query)))
+        if k <= 0 or not terms:
+            return []  # nothing asked, or stop words only
+        params: dict[str, Any] = {"kind": kind.value, "terms": terms, "k": int(k), "k1": K1, "b": B}
         where = scope_where(kind, scope, params)
-        # Any query term matches (OR); a document holding all of them gets +1, so it ranks above every document
-        # holding only some. ts_rank with length normalisation orders documents within each tier.
-        statement = self._q(
-            "SELECT id, ts_rank(tsv, %(any)s::tsquery, 1) + CASE WHEN tsv @@ %(all)s::tsquery THEN 1 ELSE 0 END "
-            f"AS score FROM {{s}}.{TABLES[kind].name} WHERE tsv @@ %(pool)s::tsquery AND {where} "
-            "ORDER BY score DESC, seq LIMIT %(k)s"
-        )
-        # Ranking reads every candidate row, and a common word matches a large share of a big table. When the
-        # query also has rarer terms, rank first the documents holding one of those (BM25 would put them first
-        # anyway: rare terms weigh most); only if they are fewer than k are all documents sharing a term ranked.
-        common = self._common_lexemes(kind)
-        rare = [lexeme for lexeme in lexemes if lexeme not in common]
+        scored, pruned = bm25_statements(kind, where)
 
         def run(cur: psycopg.Cursor[Any]) -> list[Any]:
-            if rare and len(rare) < len(lexemes):
-                rows = cur.execute(statement, {**params, "pool": _tsquery(rare, "|")}).fetchall()
-                if len(rows) >= k:
+            row = cur.execute(self._q(CORPUS_STATISTICS), params).fetchone()
+            documents, tokens, dfs = int(row[0]), int(row[1]), list(row[2])
+            weighed = [(t, idf(documents, df), df) for t, df in zip(terms, dfs, strict=True) if df]
+            if not weighed:
+                return []
+            params.update(
+                terms=[t for t, _, _ in weighed],
+                weights=[w for _, w, _ in weighed],
+                average=max(1e-9, tokens / documents),
+            )
+            # A document's score is below the sum of its terms' idf (each term's part is idf * tf / (norm + tf)).
+            # So when the documents holding a rare term fill the top k with scores above what the common terms
+            # alone could give, no other document can enter it: score those few instead of every posting.
+            common = [(t, w) for t, w, df in weighed if df > max(_COMMON_MIN, documents * _COMMON_SHARE)]
+            if common and len(common) < len(weighed):
+                rare = [t for t, _, _ in weighed if t not in dict(common)]
+                rows = cur.execute(self._q(pruned), {**params, "rare": rare}).fetchall()
+                if len(rows) == k and rows[-1][1] > rank_score(sum(w for _, w in common)):
                     return rows
-            return cur.execute(statement, {**params, "pool": params["any"]}).fetchall()
+            return cur.execute(self._q(scored), params).fetchall()
 
         return [Hit(rid, float(score)) for rid, score in self._read(run)]
-
-    def _lexemes(self, text: str) -> list[str]:
-        statement = "SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))"
-        row = self._read(lambda cur: cur.execute(statement, [self.text_config, text.replace("\x00", " ")]).fetchone())
-        return list(row[0]) if row and row[0] else []
-
-    def _common_lexemes(self, kind: Kind) -> frozenset[str]:
-        """Lexemes in at least 0.5% of a table's documents, from the planner's statistics (ANALYZE, which
-        autovacuum keeps current); cached for a minute."""
-        now = time.monotonic()
-        cached = self._common.get(kind)
-        if cached is not None and now - cached[0] < 60:
-            return cached[1]
-        statement = (
-            "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
-            "WHERE schemaname = %s AND tablename = %s AND attname = 'tsv'"
-        )
-        row = self._read(lambda cur: cur.execute(statement, [self.schema, TABLES[kind].name]).fetchone())
-        common: frozenset[str] = frozenset()
-        if row and row[0]:
-            common = frozenset(lex for lex, freq in zip(row[0], row[1], strict=False) if freq >= 0.005)
-        self._common[kind] = (now, common)
-        return common

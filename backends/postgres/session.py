@@ -18,7 +18,6 @@ import psycopg
 from psycopg import sql
 
 from tkg.errors import BackendError, ConfigurationError, ValidationError
-from tkg.models import Kind
 from tkg.storage import Store
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
@@ -60,7 +59,6 @@ class Session(Store):
         self._group_locks: dict[str, threading.Lock] = {}
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._lock_conn_guard = threading.Lock()
-        self._common: dict[Kind, tuple[float, frozenset[str]]] = {}
         conn = connect(dsn, connect_timeout=connect_timeout)
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)

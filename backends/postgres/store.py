@@ -1,4 +1,4 @@
-"""The PostgreSQL backend: pgvector HNSW for cosine, tsvector + GIN for full text, recursive SQL for the graph.
+"""The PostgreSQL backend: pgvector HNSW for cosine, BM25 postings tables for full text, recursive SQL for the graph.
 
 One :class:`PostgresStore` holds one connection (calls from several threads take turns on it). Every
 :meth:`~PostgresStore.write` is one transaction: a failure, a refused record or a dropped connection leaves

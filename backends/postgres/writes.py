@@ -14,23 +14,24 @@ from tkg.integrity import check_write
 from tkg.models import Kind, Record
 from tkg.storage import WriteBatch
 
-from .records import Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
-from .schema import SEARCH_INDEXES, TABLES
+from .records import TEXT_KINDS, Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
+from .schema import ANALYZE, SEARCH_INDEXES, TABLES
 from .session import Session
+from .terms import Delta, add_postings, apply_df, drop_postings
 
 Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
 
 
 class Writes(Session):
     def write(self, batch: WriteBatch) -> None:
-        planned = prepare(batch.puts, self.dim, self.text_config)
+        planned = prepare(batch.puts, self.dim)
         deletes = [(Kind(kind), str(rid)) for kind, rid in batch.deletes]
         self._transaction(lambda cur: self._apply(cur, planned, deletes))
 
     def load(self, records: Iterable[Record]) -> None:
         """Bulk-load records into an empty store (snapshot import): one transaction, search indexes built once at
         the end instead of row by row."""
-        planned = prepare(list(records), self.dim, self.text_config)
+        planned = prepare(list(records), self.dim)
 
         def body(cur: psycopg.Cursor[Any]) -> None:
             if cur.execute(self._q("SELECT 1 FROM {s}.counts LIMIT 1")).fetchone() is not None:
@@ -41,7 +42,7 @@ class Writes(Session):
             self._apply(cur, planned, [])
             for statement in SEARCH_INDEXES.values():
                 cur.execute(self._q(statement))
-            cur.execute(self._q("ANALYZE {s}.facts, {s}.entities, {s}.episodes, {s}.communities"))
+            cur.execute(self._q(ANALYZE))
 
         self._transaction(body)
 
@@ -49,21 +50,30 @@ class Writes(Session):
         """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts."""
         check_write([p.record for items in planned.values() for p in items.values()], deletes, self._held(cur))
         delta: Counter[tuple[str, str]] = Counter()
+        text = Delta()
         for kind in Kind:
             items = planned.get(kind)
             if items:
                 # Rows that exist are locked first, in one order for every writer (no deadlocks); then the puts go
                 # in batch order, so that new records get their insertion order (seq) as the batch gives it.
-                for _, group in self._existing(cur, kind, sorted(items)):
+                existing = self._existing(cur, kind, sorted(items))
+                for _, group in existing:
                     delta[(kind.value, group)] -= 1
                 for item in items.values():
                     delta[(kind.value, item.record.group_id)] += 1
+                if kind in TEXT_KINDS and existing:
+                    drop_postings(cur, self._q, kind, [key[0] for key in items], text)
                 self._upsert(cur, kind, list(items.values()))
+                if kind in TEXT_KINDS:
+                    add_postings(cur, self._q, kind, [item.record for item in items.values()], text)
         deleted = keys_of(deletes)
         for kind, keys in deleted.items():
+            if kind in TEXT_KINDS:
+                drop_postings(cur, self._q, kind, [key[0] for key in keys], text)
             for (group,) in self._delete(cur, kind, keys):
                 delta[(kind.value, group)] -= 1
-        self._count(cur, delta)
+        apply_df(cur, self._q, text)
+        self._count(cur, delta, text.tokens)
 
     def _upsert(self, cur: psycopg.Cursor[Any], kind: Kind, items: list[Prepared]) -> None:
         cur.executemany(self._q(upsert_statement(kind)), [p.values for p in items])
@@ -93,17 +103,23 @@ class Writes(Session):
 
         return lookup
 
-    def _count(self, cur: psycopg.Cursor[Any], delta: Counter[tuple[str, str]]) -> None:
-        changes = sorted((k, g, n) for (k, g), n in delta.items() if n)
+    def _count(
+        self, cur: psycopg.Cursor[Any], delta: Counter[tuple[str, str]], tokens: Counter[tuple[str, str]]
+    ) -> None:
+        """Add the changes of records (``delta``) and of their total length in tokens to ``counts``."""
+        changes = sorted((k, g, delta[(k, g)], tokens[(k, g)]) for (k, g) in delta.keys() | tokens.keys())
+        changes = [c for c in changes if c[2] or c[3]]
         if not changes:
             return
-        kinds, groups, ns = [c[0] for c in changes], [c[1] for c in changes], [c[2] for c in changes]
+        kinds, groups = [c[0] for c in changes], [c[1] for c in changes]
         cur.execute(
             self._q(
-                "INSERT INTO {s}.counts (kind, group_id, n) SELECT * FROM unnest(%s::text[], %s::text[], %s::int8[]) "
-                "ON CONFLICT (kind, group_id) DO UPDATE SET n = counts.n + excluded.n"
+                "INSERT INTO {s}.counts (kind, group_id, n, tokens) "
+                "SELECT * FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int8[]) "
+                "ON CONFLICT (kind, group_id) DO UPDATE "
+                "SET n = counts.n + excluded.n, tokens = counts.tokens + excluded.tokens"
             ),
-            [kinds, groups, ns],
+            [kinds, groups, [c[2] for c in changes], [c[3] for c in changes]],
         )
         cur.execute(
             self._q(
