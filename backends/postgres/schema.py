@@ -161,6 +161,9 @@ SEARCH_INDEXES: dict[str, str] = {
     ),
 }
 
+#: Visibility maps of the postings tables (index-only scans), after a bulk load.
+VACUUM_POSTINGS = "VACUUM {s}.facts_terms, {s}.entities_terms, {s}.episodes_terms, {s}.communities_terms"
+
 #: Fresh planner statistics for the tables searches read.
 ANALYZE = (
     "ANALYZE {s}.facts, {s}.entities, {s}.episodes, {s}.communities, {s}.facts_terms, {s}.entities_terms, "

@@ -42,7 +42,12 @@ def bm25_statements(kind: Kind, where: str) -> tuple[str, str]:
     postings, table = postings_table(kind), TABLES[kind].name
     part = "u.w * p.tf / (%(k1)s * (1 - %(b)s + %(b)s * p.dl / %(average)s) + p.tf)"
     terms = "unnest(%(terms)s::text[], %(weights)s::float8[]) AS u(term, w)"
-    ranked = f") s JOIN {{s}}.{table} r ON r.seq = s.seq WHERE {where} ORDER BY s.score DESC, r.seq LIMIT %(k)s"
+    # Documents are scored and sorted first, then looked up by seq in that order until k pass the scope: the
+    # scope's filter is read for the best documents only, not for the whole table.
+    ranked = (
+        f" ORDER BY score DESC, seq) s CROSS JOIN LATERAL (SELECT r.id FROM {{s}}.{table} r "
+        f"WHERE r.seq = s.seq AND {where}) r ORDER BY s.score DESC, s.seq LIMIT %(k)s"
+    )
     scored = (
         f"SELECT r.id, s.score FROM (SELECT p.seq, sum({part})::float4 AS score FROM {terms} "
         f"JOIN {{s}}.{postings} p ON p.term = u.term GROUP BY p.seq{ranked}"
