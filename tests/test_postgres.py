@@ -307,7 +307,7 @@ def test_bm25_with_common_and_rare_terms_is_exact(server: EmbeddedPostgres, monk
     from tkg.backends.postgres import search as pg_search
     from tkg.backends.reference import ReferenceStore
 
-    monkeypatch.setattr(pg_search, "_COMMON_MIN", 10)
+    monkeypatch.setattr(pg_search, "_PRUNE_MIN", 10)
     rng = np.random.default_rng(5)
     common, rare = ["coffee", "morning", "office"], ["espresso", "Lisbon", "violin", "glacier", "Kyoto"]
     entities = []
@@ -328,13 +328,59 @@ def test_bm25_with_common_and_rare_terms_is_exact(server: EmbeddedPostgres, monk
             return real(score)
 
         monkeypatch.setattr(pg_search, "rank_score", spy)
-        for query in ("coffee espresso", "morning office Lisbon violin", "coffee glacier", "office Kyoto espresso"):
-            for k in (1, 3, 10, 40):
-                for groups in (["g"], None):
-                    scope = make_scope(T0 + timedelta(days=1), groups)
-                    ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, k, scope)]
-                    assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, k, scope)]
+
+        def same_answers() -> None:
+            for query in ("coffee espresso", "morning office Lisbon violin", "coffee glacier", "office Kyoto espresso"):
+                for k in (1, 3, 10, 40):
+                    for groups in (["g"], None):
+                        scope = make_scope(T0 + timedelta(days=1), groups)
+                        ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, k, scope)]
+                        assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, k, scope)]
+
+        same_answers()
+        # Rewrites that keep each term's document count but raise its frequency or shorten documents (the bound
+        # a query takes from text_df must widen), then deletions (the bound may stay loose, never too tight).
+        changed = [
+            dataclasses.replace(e, summary=" ".join(w for w in e.summary.split() if w != "filler") + " office office")
+            for e in entities[::7]
+        ]
+        changed += [dataclasses.replace(e, summary="coffee") for e in entities[3::11]]
+        gone = [("entity", e.id) for e in entities[5::13] if e not in changed]
+        for target in (store, oracle):
+            target.write(WriteBatch(puts=changed))
+            target.write(WriteBatch(deletes=gone))
+        same_answers()
     assert taken
+
+
+def test_bm25_pruning_bound_widens_when_a_rewrite_raises_a_term_frequency(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewrite that keeps a term's document count but raises its frequency (a document holding "beta" once
+    becomes "beta" forty times) raises what the term can add to a score: the bound the pruned query takes must
+    follow, or the rewritten document, which holds no rare term, is missed. The rare term's documents are long
+    (low scores), the common term's short."""
+    from tkg.backends.postgres import search as pg_search
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(pg_search, "_PRUNE_MIN", 10)
+    entities = [
+        Entity(id=f"a{i}", group_id="g", name=f"A{i}", created_at=T0, summary=f"alpha {'pad ' * 250}")
+        for i in range(100)
+    ] + [
+        Entity(id=f"b{i}", group_id="g", name=f"B{i}", created_at=T0, summary=f"beta {'pad ' * 9}") for i in range(300)
+    ]
+    oracle = ReferenceStore(dim=DIM)
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as store:
+        rewritten = [dataclasses.replace(entities[100], summary=" ".join(["beta"] * 40))]
+        for batch in (WriteBatch(puts=entities), WriteBatch(puts=rewritten)):
+            store.write(batch)
+            oracle.write(batch)
+            for k in (10, 40):
+                scope = make_scope(T0 + timedelta(days=1), ["g"])
+                ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, "alpha beta", k, scope)]
+                assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, "alpha beta", k, scope)]
+        assert ours[0][0] == "b0"  # the rewritten document leads
 
 
 # -- bad input ----------------------------------------------------------------------------------------------------

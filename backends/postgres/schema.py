@@ -212,7 +212,10 @@ def _migrate_to_2(conn: psycopg.Connection[Any], schema: str, settings: dict[str
 # postings of the records already stored are written by the migration.
 _V3 = """
 ALTER TABLE {s}.counts ADD COLUMN tokens bigint NOT NULL DEFAULT 0;
-CREATE TABLE {s}.text_df (kind text NOT NULL, term text NOT NULL, df bigint NOT NULL, PRIMARY KEY (kind, term));
+CREATE TABLE {s}.text_df (
+    kind text NOT NULL, term text NOT NULL, df bigint NOT NULL, max_tf integer NOT NULL, min_dl integer NOT NULL,
+    PRIMARY KEY (kind, term)
+);
 """
 _V3_TABLE = """
 DROP INDEX IF EXISTS {s}.{table}_tsv;

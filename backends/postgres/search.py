@@ -4,6 +4,7 @@ short) and BM25 over the postings tables of :mod:`.terms`, scored and ranked as 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -21,16 +22,35 @@ from .scope import scope_where
 from .session import Session
 from .terms import postings_table
 
-# A term held by more than this share of a kind's documents (and more than _COMMON_MIN of them) is common: a
-# query that also has rarer terms first scores only the documents holding one of those (see text_search).
-_COMMON_SHARE = 0.01
-_COMMON_MIN = 100
+# A query first scores only the documents holding one of its rarest terms when their postings are at most this
+# share of all its postings (and the others hold at least _PRUNE_MIN postings): see text_search.
+_RARE_SHARE = 1 / 3
+_PRUNE_MIN = 200
+
+
+def split_rare(weighed: Sequence[tuple[str, int, float]]) -> tuple[list[str], float]:
+    """The rarest terms of ``(term, df, most it can add to a score)`` whose postings are at most ``_RARE_SHARE``
+    of the query's, and what the other terms can add at most together (the bound on a document holding none of
+    the rare ones); ``([], 0)`` when scoring every posting is as cheap."""
+    total = sum(df for _, df, _ in weighed)
+    rare: list[str] = []
+    seen = 0
+    for term, df, _ in sorted(weighed, key=lambda t: (t[1], t[0])):
+        if seen + df > total * _RARE_SHARE:
+            break
+        rare.append(term)
+        seen += df
+    if not rare or total - seen < _PRUNE_MIN:
+        return [], 0.0
+    return rare, sum(most for term, _, most in weighed if term not in rare)
+
 
 #: The documents of a kind, their total length in tokens, and each query term's document frequency.
 CORPUS_STATISTICS = (
     "SELECT (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE kind = %(kind)s), "
     "(SELECT coalesce(sum(tokens), 0) FROM {s}.counts WHERE kind = %(kind)s), "
-    "array(SELECT coalesce(d.df, 0) FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, i) "
+    "array(SELECT array[coalesce(d.df, 0), coalesce(d.max_tf, 0), coalesce(d.min_dl, 0)] "
+    "FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, i) "
     "LEFT JOIN {s}.text_df d ON d.kind = %(kind)s AND d.term = u.term ORDER BY u.i)"
 )
 
@@ -52,9 +72,20 @@ def bm25_statements(kind: Kind, where: str) -> tuple[str, str]:
         f"SELECT r.id, s.score FROM (SELECT p.seq, sum({part})::float4 AS score FROM {terms} "
         f"JOIN {{s}}.{postings} p ON p.term = u.term GROUP BY p.seq{ranked}"
     )
+    # MaxScore over the rare terms: their postings alone give each document a partial score and the k-th best
+    # admitted one (a floor: full scores are higher); a document can reach the top k only if its partial score
+    # plus what the other terms can add at most (%(bound)s) reaches the floor, and only those few
+    # are completed by index lookups. No row comes back when fewer than k admitted documents hold a rare term.
     pruned = (
-        f"SELECT r.id, s.score FROM (SELECT c.seq, sum({part})::float4 AS score FROM "
-        f"(SELECT DISTINCT seq FROM {{s}}.{postings} WHERE term = ANY(%(rare)s::text[])) c CROSS JOIN {terms} "
+        f"WITH partial AS MATERIALIZED (SELECT p.seq, sum({part}) AS score "
+        "FROM unnest(%(rare)s::text[], %(rare_weights)s::float8[]) AS u(term, w) "
+        f"JOIN {{s}}.{postings} p ON p.term = u.term GROUP BY p.seq), "
+        "floor AS (SELECT min(t.score) AS score, count(*) AS n FROM (SELECT s.score FROM "
+        f"(SELECT seq, score FROM partial ORDER BY score DESC) s CROSS JOIN LATERAL (SELECT 1 FROM {{s}}.{table} r "
+        f"WHERE r.seq = s.seq AND {where}) r LIMIT %(k)s) t), "
+        "candidates AS (SELECT s.seq FROM partial s, floor f "
+        "WHERE f.n = %(k)s AND s.score + %(bound)s >= f.score * (1 - 1e-9)) "
+        f"SELECT r.id, s.score FROM (SELECT c.seq, sum({part})::float4 AS score FROM candidates c CROSS JOIN {terms} "
         f"JOIN {{s}}.{postings} p ON p.term = u.term AND p.seq = c.seq GROUP BY c.seq{ranked}"
     )
     return scored, pruned
@@ -107,23 +138,26 @@ class Search(Session):
 
         def run(cur: psycopg.Cursor[Any]) -> list[Any]:
             row = cur.execute(self._q(CORPUS_STATISTICS), params).fetchone()
-            documents, tokens, dfs = int(row[0]), int(row[1]), list(row[2])
-            weighed = [(t, idf(documents, df), df) for t, df in zip(terms, dfs, strict=True) if df]
+            documents, tokens, found = int(row[0]), int(row[1]), list(row[2])
+            average = max(1e-9, tokens / documents) if documents else 1.0
+            weighed = []  # (term, idf, df, the most it adds to any document's score: its highest tf part)
+            for term, (df, max_tf, min_dl) in zip(terms, found, strict=True):
+                if df:
+                    w = idf(documents, df)
+                    weighed.append((term, w, df, w * max_tf / (K1 * (1 - B + B * min_dl / average) + max_tf)))
             if not weighed:
                 return []
-            params.update(
-                terms=[t for t, _, _ in weighed],
-                weights=[w for _, w, _ in weighed],
-                average=max(1e-9, tokens / documents),
-            )
-            # A document's score is below the sum of its terms' idf (each term's part is idf * tf / (norm + tf)).
-            # So when the documents holding a rare term fill the top k with scores above what the common terms
-            # alone could give, no other document can enter it: score those few instead of every posting.
-            common = [(t, w) for t, w, df in weighed if df > max(_COMMON_MIN, documents * _COMMON_SHARE)]
-            if common and len(common) < len(weighed):
-                rare = [t for t, _, _ in weighed if t not in dict(common)]
-                rows = cur.execute(self._q(pruned), {**params, "rare": rare}).fetchall()
-                if len(rows) == k and rows[-1][1] > rank_score(sum(w for _, w in common)):
+            params.update(terms=[t[0] for t in weighed], weights=[t[1] for t in weighed], average=average)
+            # A document holding none of the rare terms scores at most what the others can add. So when the
+            # documents holding a rare term fill the top k above that, no other document can enter it: score
+            # those instead of every posting (MaxScore).
+            rare, bound = split_rare([(t[0], t[2], t[3]) for t in weighed])
+            if rare:
+                weight = {t[0]: t[1] for t in weighed}
+                rows = cur.execute(
+                    self._q(pruned), {**params, "rare": rare, "rare_weights": [weight[t] for t in rare], "bound": bound}
+                ).fetchall()
+                if len(rows) == k and rows[-1][1] > rank_score(bound * (1 + 1e-9)):
                     return rows
             return cur.execute(self._q(scored), params).fetchall()
 

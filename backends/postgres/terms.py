@@ -31,11 +31,16 @@ Render = Callable[[str], sql.Composed]
 
 
 class Delta:
-    """What a write changes in the corpus statistics: documents per term (by kind) and tokens per group."""
+    """What a write changes in the corpus statistics: documents per term (by kind), tokens per group, and each
+    term's peaks -- the highest frequency and the shortest document among its new postings -- from which a query
+    bounds what the term can add to any document's score (``text_df.max_tf`` / ``min_dl`` only ever widen: a
+    bound that a removal leaves loose is still a bound)."""
 
     def __init__(self) -> None:
         self.df: Counter[tuple[str, str]] = Counter()
         self.tokens: Counter[tuple[str, str]] = Counter()
+        self.dropped: dict[tuple[str, str], tuple[int, int]] = {}  # (record id, term) -> its removed (tf, dl)
+        self.peaks: dict[tuple[str, str], tuple[int, int]] = {}  # (kind, term) -> (max tf, min dl) added
 
 
 def postings_table(kind: Kind) -> str:
@@ -51,13 +56,18 @@ def add_postings(cur: psycopg.Cursor[Any], q: Render, kind: Kind, records: Seque
     for record in records:
         tokens = tokenize(search_text(record))
         counts = Counter(tokens)
+        dl = len(tokens)
         for term, tf in counts.items():
             ids.append(record.id)
             terms.append(term)
             tfs.append(tf)
-            lengths.append(len(tokens))
-            delta.df[(kind.value, term)] += 1
-        delta.tokens[(kind.value, record.group_id)] += len(tokens)
+            lengths.append(dl)
+            key = (kind.value, term)
+            delta.df[key] += 1
+            if delta.dropped.get((record.id, term)) != (tf, dl):  # a posting put back as it was widens nothing
+                peak = delta.peaks.get(key)
+                delta.peaks[key] = (tf, dl) if peak is None else (max(peak[0], tf), min(peak[1], dl))
+        delta.tokens[(kind.value, record.group_id)] += dl
     if not ids:
         return
     table = TABLES[kind].name
@@ -78,28 +88,35 @@ def drop_postings(cur: psycopg.Cursor[Any], q: Render, kind: Kind, ids: Sequence
     rows = cur.execute(
         q(
             f"DELETE FROM {{s}}.{postings_table(kind)} p USING {{s}}.{TABLES[kind].name} r "
-            "WHERE r.id = ANY(%s::text[]) AND p.seq = r.seq RETURNING r.group_id, p.term, p.tf"
+            "WHERE r.id = ANY(%s::text[]) AND p.seq = r.seq RETURNING r.id, r.group_id, p.term, p.tf, p.dl"
         ),
         [list(ids)],
     ).fetchall()
-    for group, term, tf in rows:
+    for rid, group, term, tf, dl in rows:
         delta.df[(kind.value, term)] -= 1
         delta.tokens[(kind.value, group)] -= tf
+        delta.dropped[(rid, term)] = (tf, dl)
+
+
+_NO_PEAK = (0, 2**31 - 1)  # leaves a row's max_tf / min_dl as they are
 
 
 def apply_df(cur: psycopg.Cursor[Any], q: Render, delta: Delta) -> None:
-    """Add ``delta``'s document frequencies to ``text_df`` (in one order for every writer: no deadlocks); a
-    replaced record whose text did not change leaves no change, so no row is locked for it."""
-    changes = sorted((kind, term, n) for (kind, term), n in delta.df.items() if n)
-    if not changes:
+    """Add ``delta``'s document frequencies and peaks to ``text_df`` (in one order for every writer: no
+    deadlocks); a replaced record whose text did not change changes nothing, so no row is locked for it."""
+    keys = sorted({key for key, n in delta.df.items() if n} | delta.peaks.keys())
+    if not keys:
         return
-    kinds, terms, ns = [c[0] for c in changes], [c[1] for c in changes], [c[2] for c in changes]
+    kinds, terms = [k for k, _ in keys], [t for _, t in keys]
+    peaks = [delta.peaks.get(key, _NO_PEAK) for key in keys]
     cur.execute(
         q(
-            "INSERT INTO {s}.text_df (kind, term, df) SELECT * FROM unnest(%s::text[], %s::text[], %s::int8[]) "
-            "ON CONFLICT (kind, term) DO UPDATE SET df = text_df.df + excluded.df"
+            "INSERT INTO {s}.text_df (kind, term, df, max_tf, min_dl) "
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int4[], %s::int4[]) "
+            "ON CONFLICT (kind, term) DO UPDATE SET df = text_df.df + excluded.df, "
+            "max_tf = greatest(text_df.max_tf, excluded.max_tf), min_dl = least(text_df.min_dl, excluded.min_dl)"
         ),
-        [kinds, terms, ns],
+        [kinds, terms, [delta.df[key] for key in keys], [p[0] for p in peaks], [p[1] for p in peaks]],
     )
     cur.execute(
         q(
