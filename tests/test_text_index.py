@@ -174,6 +174,60 @@ def test_search_equals_the_definition_whatever_the_history(
                     assert mask[slot] and score > 0 and terms & set(tokenize(corpus.texts[slot]))
 
 
+background_op_st = st.one_of(
+    operation_st,
+    st.tuples(st.just("begin"), st.just(0), st.just("")),
+    st.tuples(st.just("finish"), st.just(0), st.just("")),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    initial=st.lists(texts_st, min_size=0, max_size=40),
+    operations=st.lists(background_op_st, max_size=30),
+    queries=st.lists(query_st, min_size=1, max_size=4),
+    k=st.integers(1, 12),
+)
+def test_a_background_rebuild_interleaved_with_writes_changes_no_answer(
+    initial: list[str], operations: list[tuple[str, int, str]], queries: list[str], k: int
+) -> None:
+    """A rebuild whose snapshot is taken, then built while writes go on (sets, replacements, removals, even a
+    synchronous rebuild that supersedes it), then installed: every answer before, during and after equals the
+    definition over the live texts."""
+    corpus = Corpus()
+    index = TextIndex(corpus, min_rebuild=1000)
+    for slot, text in enumerate(initial):
+        corpus.texts[slot] = text
+        index.set(slot, text)
+    tasks = []
+
+    def check() -> None:
+        mask = np.ones(max([*corpus.texts, *index._main_slots.tolist(), 0]) + 1, dtype=np.bool_)
+        for query in queries:
+            assert index.search(query, k, mask) == definition(corpus.texts, query, k, mask)
+        assert len(index) == len(corpus.texts)
+
+    for op, slot, text in operations:
+        if op == "set":
+            index.set(slot, text, corpus.texts.get(slot))
+            corpus.texts[slot] = text
+        elif op == "remove" and slot in corpus.texts:
+            index.remove(slot, corpus.texts.pop(slot))
+        elif op == "rebuild":
+            index.rebuild()
+        elif op == "begin":
+            tasks.append(index.begin_rebuild())
+        elif op == "finish" and tasks:
+            task = tasks.pop(0)
+            task.run()
+            index.finish_rebuild(task)
+        check()
+    for task in tasks:
+        task.run()
+        index.finish_rebuild(task)
+    check()
+
+
 def test_search_sees_main_and_tail_documents_through_the_mask() -> None:
     corpus = Corpus()
     index = TextIndex(corpus, min_rebuild=1000)

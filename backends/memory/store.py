@@ -243,7 +243,10 @@ class InMemoryStore(Store):
         table = self._tables[kind]
 
         def live_texts() -> Iterator[tuple[int, str]]:
-            return ((slot, search_text(r)) for slot, r in enumerate(table.records) if r is not None)
+            # The list is copied now (under the store's lock); the texts are made as the caller iterates, which
+            # a background rebuild does without the lock (records are immutable).
+            records = list(table.records)
+            return ((slot, search_text(r)) for slot, r in enumerate(records) if r is not None)
 
         return live_texts
 

@@ -69,6 +69,52 @@ def term_frequencies(index: dict[str, Any], lengths: npt.NDArray[np.int64]) -> n
     return np.rint(data * norm / (posting_idf - data)).astype(np.float32)
 
 
+# A background rebuild lets the tail grow to this many times its threshold before the writer rebuilds itself.
+_BEHIND = 4
+
+
+class Built:
+    """A main index built from a snapshot of documents."""
+
+    def __init__(
+        self, main: bm25s.BM25 | None, slots: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], df: Counter[str]
+    ) -> None:
+        self.main, self.slots, self.lengths, self.df = main, slots, lengths, df
+
+
+def _build(docs: list[tuple[int, str]]) -> Built:
+    """A bm25s main index over ``docs`` (sorted by slot), its postings turned into term frequencies."""
+    slots = np.fromiter((s for s, _ in docs), dtype=np.int64, count=len(docs))
+    corpus = [tokenize(text) for _, text in docs]
+    lengths = np.fromiter(map(len, corpus), dtype=np.int64, count=len(corpus))
+    main = None
+    if len(slots):
+        main = bm25s.BM25(k1=tokens.K1, b=tokens.B, method="lucene", dtype="float64")
+        main.index([words or [""] for words in corpus], show_progress=False)
+        scores = main.scores
+        scores["data"] = term_frequencies(scores, lengths)
+        scores["indices"] = np.asarray(scores["indices"], dtype=np.int32)
+    return Built(main, slots, lengths, Counter(term for words in corpus for term in set(words)))
+
+
+class Rebuild:
+    """A rebuild of a :class:`TextIndex`'s main index in three steps: ``begin_rebuild`` (store lock held),
+    :meth:`run` (no lock: tokenizing and indexing every document), ``finish_rebuild`` (store lock held)."""
+
+    def __init__(self, docs: Iterable[tuple[int, str]]) -> None:
+        self._docs: Iterable[tuple[int, str]] | None = docs
+        self.texts: dict[int, str] = {}
+        self.built: Built | None = None
+
+    def run(self) -> None:
+        if self._docs is None:
+            return
+        docs = sorted(self._docs)
+        self._docs = None
+        self.texts = dict(docs)
+        self.built = _build(docs)
+
+
 class TextMismatch(Exception):
     """A persisted BM25 index does not fit the documents it was restored next to (the caller rebuilds it)."""
 
@@ -93,6 +139,11 @@ class TextIndex:
         self._tail_len = 0
         self._min_rebuild, self._fraction = min_rebuild, rebuild_fraction
         self.auto_rebuild = True  # off during bulk loads, which rebuild once at the end
+        # Set by a store that rebuilds in the background (see Rebuild): called when a rebuild is due, instead of
+        # rebuilding on the writer's path -- unless the tail has run far ahead (the worker is behind).
+        self.on_due: Callable[[], None] | None = None
+        self._rebuilding: Rebuild | None = None  # the background rebuild in flight
+        self._touched: set[int] = set()  # slots set or removed since that rebuild's snapshot
 
     def __len__(self) -> int:
         return self._count
@@ -116,11 +167,25 @@ class TextIndex:
         for term, tf in counts.items():
             self._tail_postings.setdefault(term, {})[slot] = tf
             self._tail_df[term] += 1
-        if self.auto_rebuild and len(self._tail) >= max(self._min_rebuild, self._fraction * len(self._main_slots)):
-            self.rebuild()
+        if self._rebuilding is not None:
+            self._touched.add(slot)
+        if self.auto_rebuild and self.due():
+            if self.on_due is not None and len(self._tail) < _BEHIND * self._threshold():
+                self.on_due()
+            else:
+                self.rebuild()
+
+    def _threshold(self) -> float:
+        return max(self._min_rebuild, self._fraction * len(self._main_slots))
+
+    def due(self) -> bool:
+        """Whether the tail has grown enough to merge it into the main index (and no merge is under way)."""
+        return self._rebuilding is None and len(self._tail) >= self._threshold()
 
     def remove(self, slot: int, old_text: str) -> None:
         """Drop ``slot``'s document, whose text is ``old_text``."""
+        if self._rebuilding is not None:
+            self._touched.add(slot)
         counts = self._tail.pop(slot, None)
         if counts is not None:
             self._count -= 1
@@ -142,24 +207,60 @@ class TextIndex:
                 self._main_df[term] -= 1
 
     def rebuild(self) -> None:
-        """Merge the tail into a fresh bm25s index over every live document."""
-        docs = sorted(self._source())
-        slots = np.fromiter((s for s, _ in docs), dtype=np.int64, count=len(docs))
-        corpus = [tokenize(text) for _, text in docs]
-        del docs
-        lengths = np.fromiter(map(len, corpus), dtype=np.int64, count=len(corpus))
-        self._main = None
-        if len(slots):
-            self._main = bm25s.BM25(k1=self.K1, b=self.B, method="lucene", dtype="float64")
-            self._main.index([tokens or [""] for tokens in corpus], show_progress=False)
-            scores = self._main.scores
-            scores["data"] = term_frequencies(scores, lengths)
-            scores["indices"] = np.asarray(scores["indices"], dtype=np.int32)
-        self._set_main(slots, np.ones(len(slots), dtype=np.bool_), lengths)
-        self._main_df = Counter(term for tokens in corpus for term in set(tokens))
-        self._main_len = int(lengths.sum())
-        self._count = len(slots)
+        """Merge the tail into a fresh bm25s index over every live document (now, on this thread; a background
+        rebuild under way is abandoned)."""
+        self._rebuilding, self._touched = None, set()
+        built = _build(sorted(self._source()))
+        self._install(built)
+        self._count = len(built.slots)
         self._clear_tail()
+
+    def begin_rebuild(self) -> Rebuild:
+        """Start a rebuild whose work (:meth:`Rebuild.run`) runs without the store's lock: takes the snapshot of
+        the live documents the source hands over (the store copies its record list, so this is cheap) and from
+        now on notes which slots change. :meth:`finish_rebuild` installs it."""
+        task = Rebuild(self._source())
+        self._rebuilding, self._touched = task, set()
+        return task
+
+    def finish_rebuild(self, task: Rebuild) -> None:
+        """Install a finished background rebuild: its main index holds the snapshot's documents; those changed or
+        removed since are marked stale in it, and those set since go to a fresh tail -- so every live document is
+        indexed exactly once, as after :meth:`rebuild`. A rebuild superseded by another is dropped."""
+        if self._rebuilding is not task or task.built is None:
+            return
+        touched, self._touched, self._rebuilding = self._touched, set(), None
+        tail, tail_lens = self._tail, self._tail_lens
+        built = task.built
+        self._install(built)
+        count = len(built.slots)
+        self._clear_tail()
+        current = self._main_current.view()
+        for slot in sorted(touched):
+            old = task.texts.get(slot)
+            if old is not None and slot < len(current) and current[slot]:  # its snapshot document is stale now
+                current[slot] = False
+                tokens = tokenize(old)
+                self._main_len -= len(tokens)
+                for term in set(tokens):
+                    self._main_df[term] -= 1
+                count -= 1
+            counts = tail.get(slot)
+            if counts is not None:  # set since the snapshot: it stays in the tail
+                self._tail[slot] = counts
+                self._tail_lens[slot] = tail_lens[slot]
+                self._tail_len += tail_lens[slot]
+                for term, tf in counts.items():
+                    self._tail_postings.setdefault(term, {})[slot] = tf
+                    self._tail_df[term] += 1
+                count += 1
+        self._count = count
+
+    def _install(self, built: Built) -> None:
+        self._main = built.main
+        self._set_main(built.slots, np.ones(len(built.slots), dtype=np.bool_), built.lengths)
+        self._main_df = built.df
+        self._main_len = int(built.lengths.sum())
 
     def _set_main(
         self, slots: npt.NDArray[np.int64], current: npt.NDArray[np.bool_], lengths: npt.NDArray[np.int64]
