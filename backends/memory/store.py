@@ -35,6 +35,7 @@ from tkg.timeline import Scope
 from tkg.timeutil import to_micros
 
 from . import persist
+from .maintenance import Maintenance, Task
 from .tables import MAX, MIN, Table, micros_or
 from .text import TextIndex
 from .vectors import Mask, VectorIndex
@@ -54,6 +55,8 @@ def _locked(method: F) -> F:
 
 
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
+# Vectors a background fold inserts into HNSW at a time: a search waits at most for one such insert.
+_FOLD_BATCH = 32
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
 
@@ -77,6 +80,7 @@ class InMemoryStore(Store):
         ef_search: int = 64,
         vector_tail: int = 512,
         threads: int = 1,
+        background: bool = True,
     ) -> None:
         if dim < 1:
             raise ValidationError("dim must be positive")
@@ -98,6 +102,14 @@ class InMemoryStore(Store):
         # Every call holds this lock: the store is safe to share between threads on its own (tkg.Memory adds a
         # readers-writer lock above it, so its readers wait here only for each other's short critical sections).
         self._lock = threading.RLock()
+        # Folding fresh vectors into HNSW and merging BM25 tails run on a background thread unless background
+        # is False (then on the writer that fills a tail, as one long call now and then).
+        self._maintenance = Maintenance(self._lock, self._begin_maintenance)
+        if background:
+            for vectors in self._vectors.values():
+                vectors.on_due = self._maintenance.kick
+            for text in self._texts.values():
+                text.on_due = self._maintenance.kick
         self._journal: Journal | None = None
         self._group_codes: dict[str, int] = {}
         self._relation_codes: dict[str, int] = {}
@@ -459,6 +471,20 @@ class InMemoryStore(Store):
 
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance
+    def _begin_maintenance(self) -> Task | None:
+        """The next background task due (the lock held): a batch of a vector tail, else a BM25 merge."""
+        for vectors in self._vectors.values():
+            if vectors.due():
+                return vectors.begin_fold(_FOLD_BATCH)
+        for text in self._texts.values():
+            if text.due():
+                return text.begin_rebuild()
+        return None
+
+    def wait_for_maintenance(self, timeout: float | None = None) -> bool:
+        """Wait until the background index maintenance is idle (tests and benchmarks); False on timeout."""
+        return self._maintenance.wait(timeout)
+
     @_locked
     def flush(self) -> None:
         """Fold fresh items into the bulk indexes now (normally this happens in batches on its own)."""

@@ -101,8 +101,9 @@ class Rebuild:
     """A rebuild of a :class:`TextIndex`'s main index in three steps: ``begin_rebuild`` (store lock held),
     :meth:`run` (no lock: tokenizing and indexing every document), ``finish_rebuild`` (store lock held)."""
 
-    def __init__(self, docs: Iterable[tuple[int, str]]) -> None:
+    def __init__(self, docs: Iterable[tuple[int, str]], index: TextIndex | None = None) -> None:
         self._docs: Iterable[tuple[int, str]] | None = docs
+        self._index = index
         self.texts: dict[int, str] = {}
         self.built: Built | None = None
 
@@ -113,6 +114,10 @@ class Rebuild:
         self._docs = None
         self.texts = dict(docs)
         self.built = _build(docs)
+
+    def finish(self) -> None:
+        if self._index is not None:
+            self._index.finish_rebuild(self)
 
 
 class TextMismatch(Exception):
@@ -169,11 +174,11 @@ class TextIndex:
             self._tail_df[term] += 1
         if self._rebuilding is not None:
             self._touched.add(slot)
-        if self.auto_rebuild and self.due():
-            if self.on_due is not None and len(self._tail) < _BEHIND * self._threshold():
-                self.on_due()
-            else:
+        if self.auto_rebuild and len(self._tail) >= self._threshold():
+            if self.on_due is None or len(self._tail) >= _BEHIND * self._threshold():
                 self.rebuild()
+            elif self._rebuilding is None:
+                self.on_due()
 
     def _threshold(self) -> float:
         return max(self._min_rebuild, self._fraction * len(self._main_slots))
@@ -219,7 +224,7 @@ class TextIndex:
         """Start a rebuild whose work (:meth:`Rebuild.run`) runs without the store's lock: takes the snapshot of
         the live documents the source hands over (the store copies its record list, so this is cheap) and from
         now on notes which slots change. :meth:`finish_rebuild` installs it."""
-        task = Rebuild(self._source())
+        task = Rebuild(self._source(), self)
         self._rebuilding, self._touched = task, set()
         return task
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,6 +32,8 @@ Mask = npt.NDArray[np.bool_]
 _CHUNK = 8192  # rows scored at a time when an exact fallback scans many slots
 _CHUNK_ROWS = 16384  # rows per matrix chunk that new vectors are appended to
 _RESTORE_ROWS = 1 << 17  # rows per step when a restored graph gets its vectors back
+# A background fold lets the tail grow to this many times its limit before the writer folds itself.
+_BEHIND = 4
 
 
 # From this many candidates, top_k first cuts them down with a floor taken from a strided sample of
@@ -122,6 +125,14 @@ class VectorIndex:
         self._graph_live = 0
         self._m, self._efc, self._efs = m, ef_construction, ef_search
         self._tail_limit, self._brute_limit, self._threads = tail_limit, brute_force_limit, threads
+        # hnswlib may not insert and search at once: every call on the graph holds this lock. A background fold
+        # (see Fold) holds it only while inserting one small batch, so a search waits at most that long.
+        self._graph_lock = threading.Lock()
+        self._folds: list[Fold] = []  # folds begun and not finished; their slots stay in the tail until then
+        self._folding: set[int] = set()  # the slots of those folds
+        # Set by a store that folds in the background: called when a fold is due instead of folding on the
+        # writer's path -- unless the tail has run far ahead (the worker is behind).
+        self.on_due: Callable[[], None] | None = None
 
     # -- writes ---------------------------------------------------------------------------------------------
     def set(self, slot: int, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -135,16 +146,28 @@ class VectorIndex:
         view = self._append(vector)
         self._chunk_of[slot], self._row_of[slot] = len(self._chunks) - 1, self._fill - 1
         self._scale[slot] = inverse_norm(view)
-        if self._in_graph[slot]:
-            assert self._graph is not None
-            self._graph.mark_deleted(slot)
-            self._in_graph[slot] = False
-            self._graph_live -= 1
+        self._unlink(slot)
         self.has_vec[slot] = True
         self._tail.add(slot)
-        if len(self._tail) >= self._tail_limit:
-            self.flush()
+        if self.due():
+            if self.on_due is not None and len(self._tail) < _BEHIND * self._tail_limit:
+                self.on_due()
+            else:
+                self.flush()
         return view
+
+    def due(self) -> bool:
+        """Whether enough new vectors wait outside the graph to fold a batch of them in."""
+        return len(self._tail) - len(self._folding) >= self._tail_limit
+
+    def _unlink(self, slot: int) -> None:
+        """Mark ``slot``'s vector in the graph deleted (its label is reused when it is inserted again)."""
+        if self._in_graph[slot]:
+            assert self._graph is not None
+            with self._graph_lock:
+                self._graph.mark_deleted(slot)
+            self._in_graph[slot] = False
+            self._graph_live -= 1
 
     def _append(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         if not self._chunks or self._fill == len(self._chunks[-1]) or not self._chunks[-1].flags.writeable:
@@ -162,24 +185,60 @@ class VectorIndex:
             return
         self.has_vec[slot] = False
         self._tail.discard(slot)
-        if self._in_graph[slot]:
-            assert self._graph is not None
-            self._graph.mark_deleted(slot)
-            self._in_graph[slot] = False
-            self._graph_live -= 1
+        self._unlink(slot)
 
     def flush(self) -> None:
-        """Move the tail into the HNSW graph (one batched insert)."""
-        if not self._tail:
+        """Move the whole tail into the HNSW graph now (folds begun in the background are completed here)."""
+        for fold in [*self._folds, self.begin_fold(len(self._tail))]:
+            if fold is not None:
+                self.insert(fold)
+                self.finish_fold(fold)
+
+    def begin_fold(self, limit: int) -> Fold | None:
+        """Hand up to ``limit`` tail vectors to a fold (the index's lock held): their unit rows are copied now;
+        :meth:`insert` puts them in the graph without the store's lock; :meth:`finish_fold` moves them out of
+        the tail. Until then they are searched exactly, as tail."""
+        ready = sorted(self._tail - self._folding)[: max(0, limit)]
+        if not ready:
+            return None
+        slots = np.asarray(ready, dtype=np.int64)
+        chunks, rows_at = self._chunk_of.view()[slots].copy(), self._row_of.view()[slots].copy()
+        fold = Fold(self, slots, self._unit_rows(slots), chunks, rows_at)
+        self._folds.append(fold)
+        self._folding.update(ready)
+        return fold
+
+    def insert(self, fold: Fold) -> None:
+        """Insert a fold's vectors into the graph (once, whoever calls first: the worker or a flush)."""
+        with self._graph_lock:
+            if fold.inserted:
+                return
+            graph = self._ensure_graph(int(fold.slots.max()) + 1)
+            # Re-adding a label hnswlib marked deleted updates it in place and unmarks it.
+            graph.add_items(fold.rows, fold.slots, num_threads=self._threads)
+            fold.inserted = True
+
+    def finish_fold(self, fold: Fold) -> None:
+        """Move an inserted fold's slots from the tail to the graph; a slot whose vector changed or went away
+        since the fold began has an old vector in the graph, which is marked deleted (its new one, if any, is
+        still in the tail)."""
+        if fold not in self._folds or not fold.inserted:
             return
-        slots = np.fromiter(sorted(self._tail), dtype=np.int64, count=len(self._tail))
-        graph = self._ensure_graph(int(slots.max()) + 1)
-        # Re-adding a label hnswlib marked deleted updates it in place and unmarks it.
-        graph.add_items(self._unit_rows(slots), slots, num_threads=self._threads)
-        in_graph = self._in_graph.view()
-        in_graph[slots] = True
-        self._graph_live += len(slots)
-        self._tail.clear()
+        self._folds.remove(fold)
+        self._folding.difference_update(fold.slots.tolist())
+        has_vec = self.has_vec.view()
+        same = has_vec[fold.slots] & (self._chunk_of.view()[fold.slots] == fold.chunks)
+        same &= self._row_of.view()[fold.slots] == fold.rows_at
+        current = fold.slots[same]
+        self._in_graph.view()[current] = True
+        self._graph_live += len(current)
+        self._tail.difference_update(current.tolist())
+        stale = fold.slots[~same].tolist()
+        if stale:
+            assert self._graph is not None
+            with self._graph_lock:
+                for slot in stale:
+                    self._graph.mark_deleted(slot)
 
     def _grow(self, size: int) -> None:
         if size > self.has_vec.size:
@@ -497,8 +556,17 @@ class VectorIndex:
     def _graph_search(
         self, query: npt.NDArray[np.float32], k: int, allowed: Mask, passing: int
     ) -> list[tuple[int, float]]:
+        with self._graph_lock:
+            return self._graph_search_locked(query, k, allowed, passing)
+
+    def _graph_search_locked(
+        self, query: npt.NDArray[np.float32], k: int, allowed: Mask, passing: int
+    ) -> list[tuple[int, float]]:
         graph = self._graph
         assert graph is not None
+        if self._folds:
+            # A fold may have inserted slots that are still searched as tail: the graph answers for its own only.
+            allowed = allowed & self._in_graph.view()[: len(allowed)]
         frac = passing / max(1, self._graph_live)
         try:
             if frac >= 0.5:
@@ -531,6 +599,30 @@ class VectorIndex:
             graph = self._graph.element_count * (self.dim * 4 + 8 + (2 * self._m + 1) * 4 + 64)
         rows = sum(len(c) for c in self._chunks)
         return {"vectors": rows * self.dim * 4 + live * 112, "graph": graph, "columns": self.has_vec.size * 18}
+
+
+class Fold:
+    """Tail vectors on their way into the HNSW graph (see :meth:`VectorIndex.begin_fold`): their slots, unit
+    rows, and where their rows were when the fold began (a slot set again or removed since is not moved)."""
+
+    __slots__ = ("chunks", "index", "inserted", "rows", "rows_at", "slots")
+
+    def __init__(
+        self,
+        index: VectorIndex,
+        slots: npt.NDArray[np.int64],
+        rows: npt.NDArray[np.float32],
+        chunks: npt.NDArray[np.int32],
+        rows_at: npt.NDArray[np.int32],
+    ) -> None:
+        self.index, self.slots, self.rows, self.chunks, self.rows_at = index, slots, rows, chunks, rows_at
+        self.inserted = False
+
+    def run(self) -> None:
+        self.index.insert(self)
+
+    def finish(self) -> None:
+        self.index.finish_fold(self)
 
 
 def _chunks(slots: npt.NDArray[np.int64]) -> Iterator[npt.NDArray[np.int64]]:

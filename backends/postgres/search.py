@@ -138,6 +138,7 @@ class Search(Session):
 
         def run(cur: psycopg.Cursor[Any]) -> list[Any]:
             row = cur.execute(self._q(CORPUS_STATISTICS), params).fetchone()
+            assert row is not None  # an aggregate always gives one row
             documents, tokens, found = int(row[0]), int(row[1]), list(row[2])
             average = max(1e-9, tokens / documents) if documents else 1.0
             weighed = []  # (term, idf, df, the most it adds to any document's score: its highest tf part)
