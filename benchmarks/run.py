@@ -72,6 +72,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         about="bulk ingestion under a 300 ms LLM: episodes/s vs ideal",
     ),
     Benchmark("hot_entity", "bench_hot_entity.py", about="one user entity accumulating facts: engine ms per episode"),
+    Benchmark(
+        "stalls", "bench_stalls.py", about="slowest add_episode calls at 100k facts: maintenance inline vs background"
+    ),
     Benchmark("communities", "bench_communities.py", about="community detection, refresh, extension, drift"),
     Benchmark("scale", "bench_scale.py", about="in-memory scale curves to 1M facts"),
     Benchmark("postgres", "bench_postgres.py", about="PostgreSQL backend beside the in-memory one"),

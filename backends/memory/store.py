@@ -55,8 +55,7 @@ def _locked(method: F) -> F:
 
 
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
-# Vectors a background fold inserts into HNSW at a time: a search waits at most for one such insert.
-_FOLD_BATCH = 32
+
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
 
@@ -472,10 +471,10 @@ class InMemoryStore(Store):
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance
     def _begin_maintenance(self) -> Task | None:
-        """The next background task due (the lock held): a batch of a vector tail, else a BM25 merge."""
+        """The next background task due (the lock held): a vector tail to fold, else a BM25 merge."""
         for vectors in self._vectors.values():
             if vectors.due():
-                return vectors.begin_fold(_FOLD_BATCH)
+                return vectors.begin_fold()
         for text in self._texts.values():
             if text.due():
                 return text.begin_rebuild()

@@ -77,9 +77,14 @@ class Built:
     """A main index built from a snapshot of documents."""
 
     def __init__(
-        self, main: bm25s.BM25 | None, slots: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], df: Counter[str]
+        self,
+        main: bm25s.BM25 | None,
+        slots: npt.NDArray[np.int64],
+        corpus: list[list[str]],
+        lengths: npt.NDArray[np.int64],
+        df: Counter[str],
     ) -> None:
-        self.main, self.slots, self.lengths, self.df = main, slots, lengths, df
+        self.main, self.slots, self.corpus, self.lengths, self.df = main, slots, corpus, lengths, df
 
 
 def _build(docs: list[tuple[int, str]]) -> Built:
@@ -94,7 +99,7 @@ def _build(docs: list[tuple[int, str]]) -> Built:
         scores = main.scores
         scores["data"] = term_frequencies(scores, lengths)
         scores["indices"] = np.asarray(scores["indices"], dtype=np.int32)
-    return Built(main, slots, lengths, Counter(term for words in corpus for term in set(words)))
+    return Built(main, slots, corpus, lengths, Counter(term for words in corpus for term in set(words)))
 
 
 class Rebuild:
@@ -104,7 +109,6 @@ class Rebuild:
     def __init__(self, docs: Iterable[tuple[int, str]], index: TextIndex | None = None) -> None:
         self._docs: Iterable[tuple[int, str]] | None = docs
         self._index = index
-        self.texts: dict[int, str] = {}
         self.built: Built | None = None
 
     def run(self) -> None:
@@ -112,7 +116,6 @@ class Rebuild:
             return
         docs = sorted(self._docs)
         self._docs = None
-        self.texts = dict(docs)
         self.built = _build(docs)
 
     def finish(self) -> None:
@@ -164,14 +167,8 @@ class TextIndex:
         if old_text is not None:
             self.remove(slot, old_text)
         tokens = tokenize(text)
-        counts = Counter(tokens)
-        self._tail[slot] = counts
-        self._tail_lens[slot] = len(tokens)
-        self._tail_len += len(tokens)
+        self._add_to_tail(slot, Counter(tokens), len(tokens))
         self._count += 1
-        for term, tf in counts.items():
-            self._tail_postings.setdefault(term, {})[slot] = tf
-            self._tail_df[term] += 1
         if self._rebuilding is not None:
             self._touched.add(slot)
         if self.auto_rebuild and len(self._tail) >= self._threshold():
@@ -179,6 +176,14 @@ class TextIndex:
                 self.rebuild()
             elif self._rebuilding is None:
                 self.on_due()
+
+    def _add_to_tail(self, slot: int, counts: Counter[str], length: int) -> None:
+        self._tail[slot] = counts
+        self._tail_lens[slot] = length
+        self._tail_len += length
+        for term, tf in counts.items():
+            self._tail_postings.setdefault(term, {})[slot] = tf
+            self._tail_df[term] += 1
 
     def _threshold(self) -> float:
         return max(self._min_rebuild, self._fraction * len(self._main_slots))
@@ -232,32 +237,29 @@ class TextIndex:
         """Install a finished background rebuild: its main index holds the snapshot's documents; those changed or
         removed since are marked stale in it, and those set since go to a fresh tail -- so every live document is
         indexed exactly once, as after :meth:`rebuild`. A rebuild superseded by another is dropped."""
-        if self._rebuilding is not task or task.built is None:
+        built = task.built
+        task.built = None
+        if self._rebuilding is not task or built is None:
             return
         touched, self._touched, self._rebuilding = self._touched, set(), None
         tail, tail_lens = self._tail, self._tail_lens
-        built = task.built
         self._install(built)
         count = len(built.slots)
         self._clear_tail()
         current = self._main_current.view()
+        # Under the store's lock, so nothing is tokenized again: the build kept each document's tokens.
         for slot in sorted(touched):
-            old = task.texts.get(slot)
-            if old is not None and slot < len(current) and current[slot]:  # its snapshot document is stale now
+            at = int(np.searchsorted(built.slots, slot))
+            if at < len(built.slots) and built.slots[at] == slot and current[slot]:  # its snapshot is stale now
                 current[slot] = False
-                tokens = tokenize(old)
+                tokens = built.corpus[at]
                 self._main_len -= len(tokens)
                 for term in set(tokens):
                     self._main_df[term] -= 1
                 count -= 1
             counts = tail.get(slot)
             if counts is not None:  # set since the snapshot: it stays in the tail
-                self._tail[slot] = counts
-                self._tail_lens[slot] = tail_lens[slot]
-                self._tail_len += tail_lens[slot]
-                for term, tf in counts.items():
-                    self._tail_postings.setdefault(term, {})[slot] = tf
-                    self._tail_df[term] += 1
+                self._add_to_tail(slot, counts, tail_lens[slot])
                 count += 1
         self._count = count
 
@@ -417,10 +419,9 @@ class TextIndex:
         # Main positions are slots when no slot is missing (slots are sorted and distinct); then a query whose
         # postings cover a good share of the documents is summed in one dense array and masked with dense ops.
         if total >= _DENSE_SHARE * n and int(self._main_slots[-1]) == n - 1:
-            sums = np.zeros(n, dtype=np.float64)
-            for at, values in parts:
-                np.add.at(sums, at, values)
-            scores = sums.astype(np.float32)
+            # bincount adds in input order, so each document's sum runs over the terms in query order
+            ats, values = np.concatenate([at for at, _ in parts]), np.concatenate([v for _, v in parts])
+            scores = np.bincount(ats, weights=values, minlength=n).astype(np.float32)
             positions = dense_candidates(scores, lambda at: current[at] & mask[at], k)
             if positions is None:
                 keep = scores > 0
@@ -429,8 +430,7 @@ class TextIndex:
                 positions = np.flatnonzero(keep)
             return top_k(positions, scores[positions], k)
         documents, inverse = np.unique(np.concatenate([at for at, _ in parts]), return_inverse=True)
-        sums = np.zeros(len(documents), dtype=np.float64)
-        np.add.at(sums, inverse, np.concatenate([values for _, values in parts]))  # in query order
+        sums = np.bincount(inverse, weights=np.concatenate([v for _, v in parts]), minlength=len(documents))
         slots = self._main_slots[documents]
         keep = current[slots] & mask[slots] & (sums > 0)
         return top_k(slots[keep], sums[keep].astype(np.float32), k)
@@ -455,8 +455,8 @@ class TextIndex:
         if not found_slots or not sum(map(len, found_slots)):
             return []
         slots, inverse = np.unique(np.concatenate(found_slots), return_inverse=True)
-        sums = np.zeros(len(slots), dtype=np.float64)
-        np.add.at(sums, inverse, np.concatenate(found_scores))  # in query order, like a loop over the terms
+        # in query order, like a loop over the terms (bincount adds in input order)
+        sums = np.bincount(inverse, weights=np.concatenate(found_scores), minlength=len(slots))
         return top_k(slots, sums.astype(np.float32), k)
 
     def stats(self) -> dict[str, int]:

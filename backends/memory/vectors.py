@@ -34,6 +34,8 @@ _CHUNK_ROWS = 16384  # rows per matrix chunk that new vectors are appended to
 _RESTORE_ROWS = 1 << 17  # rows per step when a restored graph gets its vectors back
 # A background fold lets the tail grow to this many times its limit before the writer folds itself.
 _BEHIND = 4
+# Vectors inserted into HNSW under one hold of the graph lock: a search waits at most for one such insert.
+_INSERT_BATCH = 32
 
 
 # From this many candidates, top_k first cuts them down with a floor taken from a strided sample of
@@ -189,16 +191,16 @@ class VectorIndex:
 
     def flush(self) -> None:
         """Move the whole tail into the HNSW graph now (folds begun in the background are completed here)."""
-        for fold in [*self._folds, self.begin_fold(len(self._tail))]:
+        for fold in [*self._folds, self.begin_fold()]:
             if fold is not None:
                 self.insert(fold)
                 self.finish_fold(fold)
 
-    def begin_fold(self, limit: int) -> Fold | None:
-        """Hand up to ``limit`` tail vectors to a fold (the index's lock held): their unit rows are copied now;
+    def begin_fold(self, limit: int | None = None) -> Fold | None:
+        """Hand the tail's vectors (up to ``limit``) to a fold (the store's lock held): their unit rows are copied now;
         :meth:`insert` puts them in the graph without the store's lock; :meth:`finish_fold` moves them out of
         the tail. Until then they are searched exactly, as tail."""
-        ready = sorted(self._tail - self._folding)[: max(0, limit)]
+        ready = sorted(self._tail - self._folding)[: None if limit is None else max(0, limit)]
         if not ready:
             return None
         slots = np.asarray(ready, dtype=np.int64)
@@ -209,20 +211,24 @@ class VectorIndex:
         return fold
 
     def insert(self, fold: Fold) -> None:
-        """Insert a fold's vectors into the graph (once, whoever calls first: the worker or a flush)."""
-        with self._graph_lock:
-            if fold.inserted:
-                return
-            graph = self._ensure_graph(int(fold.slots.max()) + 1)
-            # Re-adding a label hnswlib marked deleted updates it in place and unmarks it.
-            graph.add_items(fold.rows, fold.slots, num_threads=self._threads)
-            fold.inserted = True
+        """Insert a fold's vectors into the graph, ``_INSERT_BATCH`` at a time with the graph lock released in
+        between (a search waits for one batch at most); the worker and a flush may both advance the same fold."""
+        while True:
+            with self._graph_lock:
+                start = fold.done
+                if start >= len(fold.slots):
+                    return
+                end = min(start + _INSERT_BATCH, len(fold.slots))
+                graph = self._ensure_graph(int(fold.slots.max()) + 1)
+                # Re-adding a label hnswlib marked deleted updates it in place and unmarks it.
+                graph.add_items(fold.rows[start:end], fold.slots[start:end], num_threads=self._threads)
+                fold.done = end
 
     def finish_fold(self, fold: Fold) -> None:
         """Move an inserted fold's slots from the tail to the graph; a slot whose vector changed or went away
         since the fold began has an old vector in the graph, which is marked deleted (its new one, if any, is
         still in the tail)."""
-        if fold not in self._folds or not fold.inserted:
+        if fold not in self._folds or fold.done < len(fold.slots):
             return
         self._folds.remove(fold)
         self._folding.difference_update(fold.slots.tolist())
@@ -605,7 +611,7 @@ class Fold:
     """Tail vectors on their way into the HNSW graph (see :meth:`VectorIndex.begin_fold`): their slots, unit
     rows, and where their rows were when the fold began (a slot set again or removed since is not moved)."""
 
-    __slots__ = ("chunks", "index", "inserted", "rows", "rows_at", "slots")
+    __slots__ = ("chunks", "done", "index", "rows", "rows_at", "slots")
 
     def __init__(
         self,
@@ -616,7 +622,7 @@ class Fold:
         rows_at: npt.NDArray[np.int32],
     ) -> None:
         self.index, self.slots, self.rows, self.chunks, self.rows_at = index, slots, rows, chunks, rows_at
-        self.inserted = False
+        self.done = 0  # rows inserted into the graph so far
 
     def run(self) -> None:
         self.index.insert(self)

@@ -8,7 +8,7 @@ race; a schema newer than this tkg knows is refused with a clear error (upgrade 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,7 +209,8 @@ def _migrate_to_2(conn: psycopg.Connection[Any], schema: str, settings: dict[str
 
 # Version 3: full text is BM25 over tkg's own tokens (the formula and tokenizer of every backend), kept in
 # postings tables with the corpus statistics (see .terms); PostgreSQL's tsvector and ts_rank are dropped. The
-# postings of the records already stored are written by the migration.
+# postings of the records already stored are written in the same transaction by the backfill the store hands to
+# ensure_schema (.terms.index_stored: it tokenizes with tkg's code, which this module does not import).
 _V3 = """
 ALTER TABLE {s}.counts ADD COLUMN tokens bigint NOT NULL DEFAULT 0;
 CREATE TABLE {s}.text_df (
@@ -229,12 +230,9 @@ CREATE INDEX {table}_terms_seq ON {s}.{table}_terms (seq);
 
 
 def _migrate_to_3(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
-    from .terms import index_stored  # the postings are written with the store's own code
-
     conn.execute(render(_V3, schema))
     for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY):
         conn.execute(render(_V3_TABLE.replace("{table}", TABLES[kind].name), schema))
-        index_stored(conn, lambda text: render(text, schema), kind)
 
 
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
@@ -254,8 +252,19 @@ def read_version(conn: psycopg.Connection[Any], schema: str) -> int:
     return int(found[0]) if found else 0
 
 
-def ensure_schema(conn: psycopg.Connection[Any], schema: str, dim: int, text_config: str) -> dict[str, str]:
-    """Create or upgrade the tkg schema; returns its ``meta`` settings. ``conn`` must be in autocommit mode."""
+Backfill = Callable[[psycopg.Connection[Any], str], None]
+
+
+def ensure_schema(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    dim: int,
+    text_config: str,
+    backfills: Mapping[int, Backfill] | None = None,
+) -> dict[str, str]:
+    """Create or upgrade the tkg schema; returns its ``meta`` settings. ``conn`` must be in autocommit mode.
+    ``backfills[n]`` runs right after the migration to version ``n`` (same transaction), on an existing schema
+    only: the data work a migration needs from code outside this module (version 3: the BM25 postings)."""
     with conn.transaction():
         # One process migrates at a time; the others wait here and then find the schema current.
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"tkg-schema:{schema}"])
@@ -277,6 +286,9 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str, dim: int, text_con
             settings = {"dim": str(dim), "text_config": text_config}
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 MIGRATIONS[target](conn, schema, settings)
+                backfill = (backfills or {}).get(target)
+                if backfill is not None and version > 0:
+                    backfill(conn, schema)
             conn.execute(
                 render(
                     "INSERT INTO {s}.meta (key, value) VALUES ('schema_version', %s) "

@@ -24,8 +24,8 @@ from psycopg import sql
 from tkg.models import Kind, Record, search_text
 from tkg.tokens import tokenize
 
-from .records import from_rows, select
-from .schema import TABLES
+from .records import TEXT_KINDS, from_rows, select
+from .schema import TABLES, render
 
 Render = Callable[[str], sql.Composed]
 
@@ -148,3 +148,9 @@ def index_stored(conn: psycopg.Connection[Any], q: Render, kind: Kind, page: int
                 ),
                 [[c[0] for c in changes], [c[1] for c in changes], kind.value],
             )
+
+
+def index_all(conn: psycopg.Connection[Any], schema: str) -> None:
+    """The schema 3 backfill (:func:`.schema.ensure_schema`): postings and statistics of every stored record."""
+    for kind in TEXT_KINDS:
+        index_stored(conn, lambda text: render(text, schema), kind)
