@@ -192,7 +192,13 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             ("add", "add_episode engine time", "add_episode", "engine_ms"),
         )
     ]
-    return {"tables": [table], "plots": plots, "targets": []}
+    # Issue 16: PostgreSQL hybrid search p95 under 10 ms at 100k facts and under 25 ms at 1M.
+    measured = {r["facts"]: r["postgres"]["search"]["total_ms"]["p95"] for r in results}
+    targets = [
+        render.target(f"PostgreSQL hybrid search p95 < {limit:.0f} ms at {n:,} facts", measured.get(n), limit, "ms")
+        for n, limit in ((100_000, 10.0), (1_000_000, 25.0))
+    ]
+    return {"tables": [table], "plots": plots, "targets": targets}
 
 
 def print_report(results: list[dict[str, Any]]) -> None:

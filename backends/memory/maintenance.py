@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -69,6 +70,7 @@ class Maintenance:
                     task.run()
                     with self._lock:
                         task.finish()
+                    time.sleep(0)  # let a writer waiting for the store's lock take it before the next task
                 with self._guard:
                     if not self._kicked:
                         self._thread = None

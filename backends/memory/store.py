@@ -55,6 +55,10 @@ def _locked(method: F) -> F:
 
 
 _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
+# Vectors one background task folds into HNSW: the store's lock is free between tasks, the graph's between inserts
+# (measured: folding a whole 512-vector tail per task, the worker re-took the graph lock before a waiting search
+# could, and p99.9 of add_episode at 100k facts rose from 21 to 68 ms).
+_FOLD_BATCH = 32
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -471,10 +475,10 @@ class InMemoryStore(Store):
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance
     def _begin_maintenance(self) -> Task | None:
-        """The next background task due (the lock held): a vector tail to fold, else a BM25 merge."""
+        """The next background task due (the lock held): a batch of a vector tail, else a BM25 merge."""
         for vectors in self._vectors.values():
             if vectors.due():
-                return vectors.begin_fold()
+                return vectors.begin_fold(_FOLD_BATCH)
         for text in self._texts.values():
             if text.due():
                 return text.begin_rebuild()

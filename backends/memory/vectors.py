@@ -34,8 +34,6 @@ _CHUNK_ROWS = 16384  # rows per matrix chunk that new vectors are appended to
 _RESTORE_ROWS = 1 << 17  # rows per step when a restored graph gets its vectors back
 # A background fold lets the tail grow to this many times its limit before the writer folds itself.
 _BEHIND = 4
-# Vectors inserted into HNSW under one hold of the graph lock: a search waits at most for one such insert.
-_INSERT_BATCH = 32
 
 
 # From this many candidates, top_k first cuts them down with a floor taken from a strided sample of
@@ -211,24 +209,20 @@ class VectorIndex:
         return fold
 
     def insert(self, fold: Fold) -> None:
-        """Insert a fold's vectors into the graph, ``_INSERT_BATCH`` at a time with the graph lock released in
-        between (a search waits for one batch at most); the worker and a flush may both advance the same fold."""
-        while True:
-            with self._graph_lock:
-                start = fold.done
-                if start >= len(fold.slots):
-                    return
-                end = min(start + _INSERT_BATCH, len(fold.slots))
-                graph = self._ensure_graph(int(fold.slots.max()) + 1)
-                # Re-adding a label hnswlib marked deleted updates it in place and unmarks it.
-                graph.add_items(fold.rows[start:end], fold.slots[start:end], num_threads=self._threads)
-                fold.done = end
+        """Insert a fold's vectors into the graph (once, whoever comes first: the worker or a flush)."""
+        with self._graph_lock:
+            if fold.done:
+                return
+            graph = self._ensure_graph(int(fold.slots.max()) + 1)
+            # Re-adding a label hnswlib marked deleted updates it in place and unmarks it.
+            graph.add_items(fold.rows, fold.slots, num_threads=self._threads)
+            fold.done = True
 
     def finish_fold(self, fold: Fold) -> None:
         """Move an inserted fold's slots from the tail to the graph; a slot whose vector changed or went away
         since the fold began has an old vector in the graph, which is marked deleted (its new one, if any, is
         still in the tail)."""
-        if fold not in self._folds or fold.done < len(fold.slots):
+        if fold not in self._folds or not fold.done:
             return
         self._folds.remove(fold)
         self._folding.difference_update(fold.slots.tolist())
@@ -622,7 +616,7 @@ class Fold:
         rows_at: npt.NDArray[np.int32],
     ) -> None:
         self.index, self.slots, self.rows, self.chunks, self.rows_at = index, slots, rows, chunks, rows_at
-        self.done = 0  # rows inserted into the graph so far
+        self.done = False  # inserted into the graph
 
     def run(self) -> None:
         self.index.insert(self)
