@@ -66,6 +66,11 @@ _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 class InMemoryStore(Store):
     """A complete tkg store in process memory (one process; snapshots carry its indexes).
 
+    Fresh vectors wait in a tail of ``vector_tail`` before joining the HNSW graph (``hnsw_m``,
+    ``ef_construction``, ``ef_search``; ``threads`` for its bulk builds), and fresh texts in a BM25 tail; both are
+    folded in by a background thread of the store (:mod:`.maintenance`), or by the writer that fills a tail when
+    ``background`` is False. Searches are exact over tails either way.
+
     >>> store = InMemoryStore(dim=384)
     >>> store.count(Kind.FACT)
     0
