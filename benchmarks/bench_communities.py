@@ -313,12 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(bench_size(n, args))
     print_report(info, results, args)
     payload = {
-        "bench": "communities",
-        "command": render.command_line(),
-        "machine": info,
-        "args": render.plain_args(args, leave_out=["out"]),
-        "started": started_at,
-        "seconds": time.perf_counter() - started,
+        **render.header("communities", args, info, started_at, started, leave_out=["out"]),
         **contract(results, args),
         "results": results,
     }

@@ -302,12 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         "38.8k prompt characters per episode on LoCoMo conv-26)"
     )
     payload = {
-        "bench": "extraction",
-        "command": render.command_line(),
-        "machine": info,
-        "args": render.plain_args(args),
-        "started": started_at,
-        "seconds": time.perf_counter() - started,
+        **render.header("extraction", args, info, started_at, started),
         **contract(rows),
         "results": rows,
     }

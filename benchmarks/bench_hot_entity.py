@@ -147,12 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--backends takes memory and/or postgres")
     by_backend = {backend: run_on(backend, sizes, args.block) for backend in backends}
     payload = {
-        "bench": "hot_entity",
-        "command": render.command_line(),
-        "machine": info,
-        "args": render.plain_args(args),
-        "started": started_at,
-        "seconds": time.perf_counter() - started,
+        **render.header("hot_entity", args, info, started_at, started),
         **contract(by_backend),
         "results": by_backend,
     }

@@ -262,12 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
-        "bench": "postgres",
-        "command": render.command_line(),
-        "machine": info,
-        "args": render.plain_args(args),
-        "started": started_at,
-        "seconds": time.perf_counter() - started,
+        **render.header("postgres", args, info, started_at, started),
         **contract(results, args),
         "benchmark": "postgres",
         "results": results,

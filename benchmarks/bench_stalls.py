@@ -181,12 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(row)
     payload = {
-        "bench": "stalls",
-        "command": render.command_line(),
-        "machine": info,
-        "args": render.plain_args(args),
-        "started": started_at,
-        "seconds": time.perf_counter() - started,
+        **render.header("stalls", args, info, started_at, started),
         **contract(rows),
         "results": rows,
     }

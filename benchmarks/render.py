@@ -20,6 +20,7 @@ import math
 import os
 import shlex
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,27 @@ def plain_args(args: argparse.Namespace, *, leave_out: Iterable[str] = ()) -> di
     """A benchmark's parsed arguments for its result (:func:`portable` values; ``leave_out`` names dropped)."""
     dropped = set(leave_out)
     return {k: portable(v) for k, v in vars(args).items() if k not in dropped}
+
+
+def header(
+    bench: str,
+    args: argparse.Namespace,
+    machine: Mapping[str, Any],
+    started_at: str,
+    started: float,
+    *,
+    leave_out: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The fields every result JSON opens with: its name, the command, the machine, the arguments, when it started
+    and how long it took (``started`` is the ``time.perf_counter()`` of the start)."""
+    return {
+        "bench": bench,
+        "command": command_line(),
+        "machine": machine,
+        "args": plain_args(args, leave_out=leave_out),
+        "started": started_at,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def write_result(path: Path, payload: Mapping[str, Any]) -> None:

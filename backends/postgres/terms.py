@@ -39,7 +39,7 @@ class Delta:
     def __init__(self) -> None:
         self.df: Counter[tuple[str, str]] = Counter()
         self.tokens: Counter[tuple[str, str]] = Counter()
-        self.dropped: dict[tuple[str, str], tuple[int, int]] = {}  # (record id, term) -> its removed (tf, dl)
+        self.dropped: dict[tuple[str, str, str], tuple[int, int]] = {}  # (kind, id, term) -> its removed (tf, dl)
         self.peaks: dict[tuple[str, str], tuple[int, int]] = {}  # (kind, term) -> (max tf, min dl) added
 
 
@@ -64,7 +64,10 @@ def add_postings(cur: psycopg.Cursor[Any], q: Render, kind: Kind, records: Seque
             lengths.append(dl)
             key = (kind.value, term)
             delta.df[key] += 1
-            if delta.dropped.get((record.id, term)) != (tf, dl):  # a posting put back as it was widens nothing
+            if delta.dropped.get((kind.value, record.id, term)) != (
+                tf,
+                dl,
+            ):  # a posting put back as it was widens nothing
                 peak = delta.peaks.get(key)
                 delta.peaks[key] = (tf, dl) if peak is None else (max(peak[0], tf), min(peak[1], dl))
         delta.tokens[(kind.value, record.group_id)] += dl
@@ -95,7 +98,7 @@ def drop_postings(cur: psycopg.Cursor[Any], q: Render, kind: Kind, ids: Sequence
     for rid, group, term, tf, dl in rows:
         delta.df[(kind.value, term)] -= 1
         delta.tokens[(kind.value, group)] -= tf
-        delta.dropped[(rid, term)] = (tf, dl)
+        delta.dropped[(kind.value, rid, term)] = (tf, dl)
 
 
 _NO_PEAK = (0, 2**31 - 1)  # leaves a row's max_tf / min_dl as they are
