@@ -21,10 +21,23 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+import tkg.backends.memory.store as memory_store
+from tkg.backends.memory import InMemoryStore
 from tkg.backends.reference import ReferenceStore
 from tkg.embedders import HashEmbedder
 from tkg.errors import TkgError
-from tkg.models import Community, Entity, Episode, EpisodeSource, Fact, Kind, Membership, Mention, Record
+from tkg.models import (
+    Community,
+    Entity,
+    Episode,
+    EpisodeSource,
+    Fact,
+    Kind,
+    Membership,
+    Mention,
+    Record,
+    Verdict,
+)
 from tkg.storage import Hit, Store, WriteBatch
 from tkg.timeline import DateRange, Filters, make_scope
 
@@ -106,6 +119,8 @@ class World:
         created = self.draw(st.integers(0, 30))
         expired = self.draw(st.one_of(st.none(), st.integers(0, 10)))
         text = self.text(4)
+        judged = self.draw(st.lists(st.sampled_from(sorted(self.facts) or ["none"]), max_size=2, unique=True))
+        verdicts = {other: self.draw(st.sampled_from(list(Verdict))) for other in judged}
         record = Fact(
             id=self._id("f"),
             group_id=group,
@@ -119,6 +134,7 @@ class World:
             expired_at=None if expired is None else day(created + expired),
             episodes=tuple(self.draw(st.lists(st.sampled_from(episodes), max_size=2, unique=True))) if episodes else (),
             embedding=EMB.embed([text])[0],
+            verdicts=verdicts,
         )
         self.facts[record.id] = record
         return record
@@ -240,6 +256,11 @@ def compare(store: Store, oracle: ReferenceStore, world: World) -> None:
                     )
                     ours, theirs = store.text_search(kind, query, k, scope), oracle.text_search(kind, query, k, scope)
                     same_hits(ours, theirs, f"bm25 {kind} {query!r} k={k} {what}")
+    compare_neighbourhoods(store, oracle, world)
+    if isinstance(store, InMemoryStore):  # every neighbourhood read as a hot entity's is: from the columns
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(memory_store, "_FEW_FACTS", -1)
+            compare_neighbourhoods(store, oracle, world)
     for episode_id in sorted(world.episodes):
         assert store.episode_facts(episode_id) == oracle.episode_facts(episode_id)
         assert store.mentions(episode_ids=[episode_id]) == oracle.mentions(episode_ids=[episode_id])
@@ -253,6 +274,32 @@ def compare(store: Store, oracle: ReferenceStore, world: World) -> None:
     for group in GROUPS:
         for before, n in ((day(10), 2), (day(40), 5), (day(0), 1)):
             assert store.recent_episodes(group, before, n) == oracle.recent_episodes(group, before, n)
+
+
+def compare_neighbourhoods(store: Store, oracle: ReferenceStore, world: World) -> None:
+    """The reads of a new fact's neighbourhood (facts between two entities, of an entity and relation, judging
+    others, closest by cosine); the in-memory backend also with every neighbourhood counted as large (read from
+    its columns, as for a hot entity)."""
+    entity_ids = sorted(world.entities)[:8]
+    fact_ids = [*sorted(world.facts)[:6], "missing"]
+    vector = EMB.embed(["alpha paris tea"])[0]
+    for n, entity_id in enumerate(entity_ids):
+        ends = [entity_id, *entity_ids[n + 1 : n + 2]]
+        pairs = [(entity_id, other) for other in entity_ids[n:]]
+        assert store.facts_between(pairs) == oracle.facts_between(pairs), pairs
+        assert store.facts_judging(fact_ids, ends) == oracle.facts_judging(fact_ids, ends), ends
+        for relation in [*RELATIONS, "NONE"]:
+            assert store.facts_with(ends, relation) == oracle.facts_with(ends, relation), (ends, relation)
+            for same in (True, False):
+                for k in (1, 3, 50):
+                    ours = store.closest_facts(ends, vector, k, relation, same=same)
+                    theirs = oracle.closest_facts(ends, vector, k, relation, same=same)
+                    assert all(f == store.get(Kind.FACT, [f.id])[0] for f, _ in ours)
+                    same_hits(
+                        [Hit(f.id, s) for f, s in ours],
+                        [Hit(f.id, s) for f, s in theirs],
+                        f"closest {ends} {relation} same={same} k={k}",
+                    )
 
 
 @settings(

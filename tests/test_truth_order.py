@@ -9,15 +9,20 @@ equal to "never added", and at most one home or job per person at every instant 
 
 from __future__ import annotations
 
+import functools
+import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+import tkg.ingest as ingest_module
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg.extraction import PlanSettings
 from tkg.invalidation import own_end, text_key
 from tkg.llm import LLMPolicy, Prompt
 from tkg.llm.rules import extract
@@ -268,3 +273,64 @@ def test_contradictions_are_found_across_relation_names(make_store: Callable[[in
     assert moved.usage.by_prompt.get("resolve") == 1
     paris = next(f for f in memory.get_all("g", include_invalidated=True) if f.relation == "LIVES_IN")
     assert paris.invalid_at == datetime(2020, 1, 1, tzinfo=UTC) and paris.invalidated_by is not None
+
+
+class PerText:
+    """A seeded random unit vector per exact text (case and punctuation count)."""
+
+    dim = 32
+    name = "per-text-test"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        rows = [np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim) for t in texts]
+        matrix = np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
+        return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(history=st.lists(st.tuples(statements, st.booleans()), min_size=2, max_size=10))
+def test_candidates_read_closest_first_are_those_of_the_whole_neighbourhood(
+    make_store: Callable[[int], Store], history: list[tuple[Statement, bool]]
+) -> None:
+    """The planner reads the facts around a new one from the store closest first, a batch at a time, and stops once
+    the statements it shows are certain. One fact per batch must ask the LLM exactly what one batch holding the
+    whole neighbourhood asks, and give the same graph, with bounds that bite (one candidate, two related
+    statements, any similarity). Objects are sometimes written in capitals: the same statement then has sentences
+    with other vectors (each text its own), so a statement met through one restatement must be read whole."""
+    note(f"history: {history!r}")
+    items = []
+    for statement, shout in history:
+        content, said = message(statement)
+        items.append((content.replace(statement[2], statement[2].upper()) if shout else content, said))
+    outcomes = []
+    for batch in (1, 10**6):
+        asked: list[tuple[str, tuple[str, ...]]] = []
+
+        def recording(prompt: Prompt, model: Any, asked: list[tuple[str, tuple[str, ...]]] = asked) -> Any:
+            for item in prompt.inputs.get("facts", []):
+                asked.append((item["fact"], tuple(c["fact"] for c in item["candidates"])))
+            return judge(prompt, model)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ingest_module, "PlanSettings", functools.partial(PlanSettings, candidate_batch=batch))
+            memory = Memory(
+                make_store(PerText.dim),
+                embedder=PerText(),
+                llm=ScriptedLLM(handler=recording),
+                clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
+                ontology=ONTOLOGY,
+                config=MemoryConfig(
+                    llm_policy=LLMPolicy(backoff_initial=0.0),
+                    communities=None,
+                    max_fact_candidates=1,
+                    related_fact_candidates=2,
+                    related_min_similarity=-1.0,
+                ),
+            )
+            for content, said in items:
+                assert memory.add_episode(content, reference_time=said, group_id="g").status.value == "extracted"
+            assert memory._ingestor.settings.candidate_batch == batch
+        outcomes.append((asked, canonical(memory)))
+    assert outcomes[0] == outcomes[1]

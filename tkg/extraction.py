@@ -14,6 +14,7 @@ Two phases, so an episode costs at most one LLM call beyond extraction:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +45,9 @@ class PlanSettings:
     #: Paris"): at most this many per new fact, inside ``max_fact_candidates``.
     related_candidates: int = 2
     related_min_similarity: float = 0.3
+    #: Facts read per round when candidates are read from the store closest first (more rounds when the filters
+    #: drop many); the candidates found do not depend on it.
+    candidate_batch: int = 32
     #: Entities fetched by each of cosine and BM25 when looking for resolution candidates.
     entity_candidates: int = 8
     max_summary_chars: int = MAX_SUMMARY_CHARS
@@ -100,7 +104,8 @@ class EpisodePlanner:
         self.vectors = dict(vectors or {})
         self._scope = make_scope(now, [self.group], include_invalidated=True)
         self._verdicts: dict[str, tuple[str | None, tuple[Entity, ...], str]] = {}
-        self._facts_of: dict[str, list[Fact]] = {}
+        self._pairs: dict[tuple[str, str], list[Fact]] = {}
+        self._slots: dict[tuple[str, str], list[Fact]] = {}
         self._times: dict[str, datetime] = {}
         #: Each fact shown to the LLM -> every fact of its statement (the verdict applies to all of them).
         self.members: dict[str, list[str]] = {}
@@ -136,14 +141,20 @@ class EpisodePlanner:
         earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
         episode said both). A contradiction or a duplicate is copied onto the new fact, so that it holds even once
         the restatement it came from is removed (exactly what a consistent LLM, asked again, would say);
-        "compatible" is what no verdict means, so it needs no copy."""
-        pool = self._pool(sorted(sources | targets))
+        "compatible" is what no verdict means, so it needs no copy.
+
+        Nothing here reads all the facts of an entity: the candidates are the facts between the two ends, the
+        closest facts of the same relation (read closest first until the shown statements are certain), the
+        related facts (:meth:`_related`) and the facts judged against a restatement; an entity with 100,000 facts
+        costs what one with ten does."""
+        near = sources | targets
         single = self.settings.ontology.single_valued(probe.relation)
-        related = self._related(probe, pool)
+        related = self._related(probe, sorted(near))
+        paired = self._between([(s, t) for s in sorted(sources) for t in sorted(targets)])
         key = invalidation.text_key(probe.fact)
         mates = [
             f
-            for f in pool
+            for f in paired
             if resolved
             and f.source_id in sources
             and f.target_id in targets
@@ -154,68 +165,117 @@ class EpisodePlanner:
         together = {e for m in mates for e in m.episodes}
         # What the statement's earlier restatements were judged to be against each other fact (either side).
         known: dict[str, list[Fact]] = {}
+        judged: dict[str, Fact] = {}
         for m in mates:
             for other in m.verdicts:
                 known.setdefault(other, []).append(m)
         if mates:
             by_id = {m.id: m for m in mates}
-            for f in pool:
+            for f in self.store.facts_judging(sorted(mate_ids), sorted(near)):
+                judged[f.id] = f
                 for m_id in mate_ids.intersection(f.verdicts):
                     known.setdefault(f.id, []).append(by_id[m_id])
+            forward = sorted(known.keys() - judged.keys())
+            judged.update((f.id, f) for f in self.store.get(Kind.FACT, forward) if isinstance(f, Fact))
+
+        def concerns(old: Fact) -> bool:
+            return (
+                old.id not in mate_ids
+                and _may_concern(old, sources, targets, near, probe.relation, old.id in related)
+                and invalidation.overlaps_as_stated(probe, old)
+                and not (single and old.relation == probe.relation)  # a single-valued relation: the ontology decides
+            )
+
         inherited: dict[str, Verdict] = {}
-        open_: list[Fact] = []
-        near = sources | targets
-        for old in pool:
-            if old.id in mate_ids or not _may_concern(old, sources, targets, near, probe.relation, old.id in related):
+        for old in judged.values():
+            if not concerns(old):
                 continue
-            if not invalidation.overlaps_as_stated(probe, old):
-                continue
-            if single and old.relation == probe.relation:
-                continue  # a single-valued relation: the ontology decides
-            carried = [v for m in known.get(old.id, ()) if (v := invalidation.verdict_between(m, old)) is not None]
-            if carried:
-                strongest = min(carried, key=_STRENGTH.index)
-                if strongest is not Verdict.COMPATIBLE:  # "compatible" is what no verdict means: not copied
-                    inherited[old.id] = strongest
-            elif not together.intersection(old.episodes):
-                open_.append(old)
+            carried = [v for m in known[old.id] if (v := invalidation.verdict_between(m, old)) is not None]
+            strongest = min(carried, key=_STRENGTH.index)
+            if strongest is not Verdict.COMPATIBLE:  # "compatible" is what no verdict means: not copied
+                inherited[old.id] = strongest
         # One question per statement (restatements share the verdict), the closest statements first.
         statements: dict[tuple[str, ...], list[Fact]] = {}
-        for old in open_:
-            statements.setdefault(invalidation.statement_key(old), []).append(old)
+        seen: set[str] = set()
+
+        def take(facts: Sequence[Fact]) -> None:
+            for old in facts:
+                if old.id in seen:
+                    continue
+                seen.add(old.id)
+                if old.id not in known and concerns(old) and not together.intersection(old.episodes):
+                    statements.setdefault(invalidation.statement_key(old), []).append(old)
+
+        take(paired)
+        take(list(related.values()))
+        if not single:
+            self._same_relation(probe, sorted(near), statements, seen, take)
         shown = self._closest(probe.fact, [min(m, key=_representative) for m in statements.values()])
         self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
         return shown, inherited
 
-    def _related(self, probe: Fact, pool: Sequence[Fact]) -> set[str]:
-        """Facts under another relation that share an endpoint with the new fact (``pool``) and say something
+    def _same_relation(
+        self,
+        probe: Fact,
+        near: list[str],
+        statements: dict[tuple[str, ...], list[Fact]],
+        seen: set[str],
+        take: Callable[[Sequence[Fact]], None],
+    ) -> None:
+        """Adds to ``statements`` (through ``take``) the facts of the new fact's relation around its ends that can
+        be among the ``max_fact_candidates`` closest statements: read from the store closest first, each with the
+        rest of its statement, until that many statements known are certainly closer than any fact not read
+        yet. Without a sentence vector, all of them."""
+        vector = self.vectors.get(probe.fact)
+        limit = self.settings.max_fact_candidates
+        if vector is None:
+            take(self.store.facts_with(near, probe.relation))
+            return
+        k = self.settings.candidate_batch
+        while limit > 0:
+            found = self.store.closest_facts(near, vector, k, probe.relation)
+            for old, _ in found:
+                if old.id not in seen:
+                    take(self._between([(old.source_id, old.target_id)]))  # with the rest of its statement
+            if len(found) < k:
+                return
+            edge = found[-1][1] + _SCORE_NOISE
+            shown = [min(m, key=_representative) for m in statements.values()]
+            if sum(score > edge for score in _closeness(shown, vector)) >= limit:
+                return
+            k *= 4
+
+    def _related(self, probe: Fact, near: list[str]) -> dict[str, Fact]:
+        """Facts under another relation that share an endpoint with the new fact (``near``) and say something
         close (sentence embeddings): "Ann LIVES_IN Paris" for "Ann MOVED_TO Berlin". At most
-        ``related_candidates``."""
+        ``related_candidates`` statements, with every fact of each."""
         limit = self.settings.related_candidates
         vector = self.vectors.get(probe.fact)
         if limit <= 0 or vector is None:
-            return set()
-        others = [f for f in pool if f.relation != probe.relation and f.embedding is not None]
-        if not others:
-            return set()
-        scores = _closeness(others, vector)
+            return {}
         # Counted by statement, not by fact: restatements of one statement share one verdict. Walked from the
         # closest down, so a statement's first score is its best; the walk stops past the limit-th statement
-        # (ties with it kept, then broken by content) or below the similarity floor.
-        best: dict[tuple[str, ...], float] = {}
+        # (ties with it kept, then broken by content) or below the similarity floor. The store gives the closest
+        # facts a batch at a time; scores above the batch's last one (give or take float noise) are certain.
         floor = self.settings.related_min_similarity
-        for i in sorted(range(len(others)), key=scores.__getitem__, reverse=True):
-            score = scores[i]
-            if score < floor or (len(best) >= limit and score < min(best.values())):
+        k = self.settings.candidate_batch
+        while True:
+            got = self.store.closest_facts(near, vector, k, probe.relation, same=False)
+            found = [f for f, _ in got]
+            exhausted = len(found) < k
+            scores = _closeness(found, vector)
+            edge = -math.inf if exhausted else got[-1][1] + _SCORE_NOISE
+            best, decided = _best_statements(found, scores, edge, floor, limit)
+            if decided or exhausted:
                 break
-            best.setdefault(invalidation.statement_key(others[i]), score)
-        ranked = set(sorted(best, key=lambda k: (-best[k], k))[:limit])
-        triples = {key[:3] for key in ranked}
-        return {
-            f.id
-            for f in others
-            if (f.source_id, f.target_id, f.relation) in triples and invalidation.statement_key(f) in ranked
-        }
+            k *= 4
+        ranked = set(sorted(best, key=lambda key: (-best[key], key))[:limit])
+        out: dict[str, Fact] = {}
+        for source, target, *_ in ranked:
+            for f in self._between([(source, target)]):
+                if f.embedding is not None and invalidation.statement_key(f) in ranked:
+                    out[f.id] = f
+        return out
 
     def _possible_ids(self, name: str) -> list[str | None]:
         match, candidates, _ = self._verdict(name)
@@ -261,24 +321,21 @@ class EpisodePlanner:
         self._verdicts[key] = result
         return result
 
-    def _pool(self, entity_ids: Sequence[str]) -> list[Fact]:
-        """Every fact touching these entities, superseded ones included, from the store (cached per episode)."""
-        missing = [i for i in entity_ids if i not in self._facts_of]
+    def _between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
+        """The stored facts between the two entities of any pair, either way round (cached per episode: the store
+        does not change while an episode is planned)."""
+        cache = self._pairs
+        keys = list(dict.fromkeys((min(a, b), max(a, b)) for a, b in pairs))
+        missing = [k for k in keys if k not in cache]
         if missing:
-            for i in missing:
-                self._facts_of[i] = []
-            cache = self._facts_of
-            for fact in self.store.facts_of(missing):
-                source, target = fact.source_id, fact.target_id
-                if source in cache:
-                    cache[source].append(fact)
-                if target != source and target in cache:
-                    cache[target].append(fact)
-        seen: dict[str, Fact] = {}
-        for i in entity_ids:
-            for fact in self._facts_of[i]:
-                seen.setdefault(fact.id, fact)
-        return list(seen.values())
+            for k in missing:
+                cache[k] = []
+            for fact in self.store.facts_between(missing):
+                a, b = fact.source_id, fact.target_id
+                cache[min(a, b), max(a, b)].append(fact)
+        if len(keys) == 1:
+            return cache[keys[0]]
+        return sorted({f.id: f for k in keys for f in cache[k]}.values(), key=lambda f: f.id)
 
     def _closest(self, sentence: str, candidates: list[Fact]) -> list[Fact]:
         vector = self.vectors.get(sentence)
@@ -437,11 +494,9 @@ class EpisodePlanner:
         """Add ``new`` to the plan with the LLM's ``verdicts`` on its candidates, and settle the history of every
         fact linked to it (:func:`tkg.invalidation.history`): a verbatim repeat with the same interval only adds
         provenance; anything else is a fact of its own, which may restate, supersede or be superseded."""
-        pool = {f.id: plan.facts.get(f.id, f) for f in self._pool([new.source_id, new.target_id])}
         ends = (new.source_id, new.target_id)
-        for fact in plan.facts.values():
-            if fact.source_id in ends or fact.target_id in ends:
-                pool[fact.id] = fact
+        pool = {f.id: plan.facts.get(f.id, f) for f in self._between([ends])}
+        pool.update((f.id, f) for f in plan.facts.values() if {f.source_id, f.target_id} == set(ends))
         key = invalidation.text_key(new.fact)
         repeat = next(
             (
@@ -461,7 +516,7 @@ class EpisodePlanner:
             if self.episode.id not in repeat.episodes:
                 repeat = dataclasses.replace(repeat, episodes=(*repeat.episodes, self.episode.id))
             plan.facts[repeat.id] = repeat
-            new = pool[repeat.id] = repeat
+            new = repeat
         else:
             if verdicts:
                 new = dataclasses.replace(new, verdicts=verdicts)
@@ -470,9 +525,9 @@ class EpisodePlanner:
             plan.count("fact_new")
             plan.facts[new.id] = new
             plan.fresh_facts.append(new.id)
-            pool[new.id] = new
         single = self.settings.ontology.single_valued
-        linked = invalidation.component([new.id], list(pool.values()), single)
+        pool = self._component(new, plan)
+        linked = list(pool.values())
         settled = invalidation.history(linked, self._stated(linked, plan), single, self.now)
         for fact_id, fact in settled.items():
             before = pool[fact_id]
@@ -490,12 +545,69 @@ class EpisodePlanner:
                 plan.count("restored")
             plan.facts[fact_id] = fact
 
+    def _component(self, seed: Fact, plan: GraphPlan) -> dict[str, Fact]:
+        """The facts linked to ``seed`` through statements or contradictions (:func:`tkg.invalidation.component`)
+        among the facts touching its two ends, as the plan now has them: walked link by link from the store
+        (the same slot, the same statement, a verdict either way round) instead of reading every fact of both
+        ends."""
+        ends = {seed.source_id, seed.target_id}
+        single = self.settings.ontology.single_valued
+        planned = [f for f in plan.facts.values() if f.source_id in ends or f.target_id in ends]
+
+        def current(facts: Sequence[object]) -> list[Fact]:
+            return [
+                plan.facts.get(f.id, f)
+                for f in facts
+                if isinstance(f, Fact) and (f.source_id in ends or f.target_id in ends)
+            ]
+
+        found = {seed.id: seed}
+        queue = [seed]
+        walked: set[tuple[str, ...]] = set()
+        while queue:
+            fact = queue.pop()
+            links: list[Fact] = []
+            if single(fact.relation):  # one slot: every object contradicts every other
+                slot = (fact.source_id, fact.relation)
+                if slot not in walked:
+                    walked.add(slot)
+                    links += [f for f in current(self._slot(*slot)) if f.source_id == fact.source_id]
+                    links += [f for f in planned if (f.source_id, f.relation) == slot]
+            else:  # the same statement: same ends, relation and sentence
+                statement = invalidation.statement_key(fact)
+                if statement not in walked:
+                    walked.add(statement)
+                    pair = current(self._between([(fact.source_id, fact.target_id)])) + planned
+                    links += [f for f in pair if invalidation.statement_key(f) == statement]
+            named = sorted(i for i, v in fact.verdicts.items() if v is not Verdict.COMPATIBLE and i not in found)
+            if named:
+                links += current([plan.facts[i] for i in named if i in plan.facts])
+                links += current(self.store.get(Kind.FACT, [i for i in named if i not in plan.facts]))
+            for f in [*current(self.store.facts_judging([fact.id], sorted(ends))), *planned]:
+                if f.verdicts.get(fact.id, Verdict.COMPATIBLE) is not Verdict.COMPATIBLE:
+                    links.append(f)
+            for f in links:
+                if f.id not in found:
+                    found[f.id] = f
+                    queue.append(f)
+        return found
+
+    def _slot(self, source_id: str, relation: str) -> list[Fact]:
+        """The stored facts of a subject and relation (cached per episode)."""
+        key = (source_id, relation)
+        if key not in self._slots:
+            self._slots[key] = [f for f in self.store.facts_with([source_id], relation) if f.source_id == source_id]
+        return self._slots[key]
+
     def _stated(self, facts: Sequence[Fact], plan: GraphPlan) -> dict[str, datetime]:
         self._times[self.episode.id] = self.episode.reference_time
         return stated_times(self.store, facts, self._times, self.now)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
+#: How far a store's cosine may differ from the planner's own product for the same two vectors (float32 rounding
+#: in another order): a store score is trusted to order facts only beyond it.
+_SCORE_NOISE = 1e-4
 #: Verdicts from strongest to weakest, when restatements of one statement were judged differently.
 _STRENGTH = (Verdict.CONTRADICTS, Verdict.SAME, Verdict.COMPATIBLE)
 
@@ -513,10 +625,38 @@ def _closeness(facts: Sequence[Fact], vector: Vector) -> list[float]:
     return out
 
 
+def _best_statements(
+    facts: Sequence[Fact], scores: Sequence[float], edge: float, floor: float, limit: int
+) -> tuple[dict[tuple[str, ...], float], bool]:
+    """Each statement's best score, walking ``facts`` from the closest down until past the ``limit``-th
+    statement (ties with it kept) or below ``floor``; and whether that is certain, given that facts not among
+    ``facts`` score at most ``edge``."""
+    best: dict[tuple[str, ...], float] = {}
+
+    def stops(score: float) -> bool:
+        return score < floor or (len(best) >= limit and score < min(best.values()))
+
+    for i in sorted(range(len(facts)), key=scores.__getitem__, reverse=True):
+        if scores[i] <= edge:
+            break
+        if stops(scores[i]):
+            return best, True
+        best.setdefault(invalidation.statement_key(facts[i]), scores[i])
+    return best, stops(edge)
+
+
 def _representative(fact: Fact) -> tuple[object, ...]:
-    """Which restatement of a statement is shown to the LLM: the earliest, by content only."""
+    """Which restatement of a statement is shown to the LLM: the earliest, by content (then the first recorded)."""
     end = invalidation.own_end(fact)
-    return (fact.valid_at is not None, fact.valid_at or _EARLIEST, end is None, end or _EARLIEST)
+    return (
+        fact.valid_at is not None,
+        fact.valid_at or _EARLIEST,
+        end is None,
+        end or _EARLIEST,
+        fact.fact,
+        fact.created_at,
+        fact.id,
+    )
 
 
 def stated_times(

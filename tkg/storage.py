@@ -15,6 +15,10 @@ and never ask "does this store have X?":
   snapshot names and encodes them itself (:attr:`Store.persists_indexes`); the snapshot container
   (:mod:`tkg.snapshot`) stores those sections without knowing what they hold, and hands them back on load
   (default: nothing exported; a restore loads the records and builds the indexes);
+* :meth:`Store.facts_between`, :meth:`Store.facts_with`, :meth:`Store.facts_judging`, :meth:`Store.closest_facts`
+  -- the neighbourhood of a new fact, which truth maintenance reads for every fact of every episode (the
+  defaults filter :meth:`Store.facts_of`; a backend answers from indexes, so that an entity with 100,000 facts
+  costs no more per episode than one with ten);
 * :meth:`Store.flush`, :meth:`Store.stats`, :meth:`Store.close` -- maintenance, with no-op defaults.
 """
 
@@ -219,6 +223,41 @@ class Store(abc.ABC):
         reference time, then by insertion), oldest first; empty for an unknown id."""
 
     # -- optional powers, with defaults ------------------------------------------------------------------------
+    def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
+        """Facts joining the two entities of any of ``pairs``, either way round, in insertion order."""
+        wanted = {tuple(sorted(pair)) for pair in pairs}
+        ends = sorted({e for pair in wanted for e in pair})
+        return [f for f in self.facts_of(ends) if tuple(sorted((f.source_id, f.target_id))) in wanted]
+
+    def facts_with(self, entity_ids: Sequence[str], relation: str) -> list[Fact]:
+        """Facts with an end among ``entity_ids`` and this relation, in insertion order."""
+        return [f for f in self.facts_of(entity_ids) if f.relation == relation]
+
+    def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:
+        """Facts with an end among ``entity_ids`` whose verdicts (:attr:`tkg.models.Fact.verdicts`, any verdict)
+        name one of ``fact_ids``, in insertion order."""
+        wanted = set(fact_ids)
+        return [f for f in self.facts_of(entity_ids) if f.verdicts and not wanted.isdisjoint(f.verdicts)]
+
+    def closest_facts(
+        self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True
+    ) -> list[tuple[Fact, float]]:
+        """Up to ``k`` facts with an end among ``entity_ids``, with ``relation`` (``same``) or any other relation
+        (not ``same``), by cosine similarity of their embedding to ``vector``, best first (equal scores in
+        insertion order); facts without an embedding are never returned. Exact here; a backend may answer a large
+        candidate set from its approximate vector index, as :meth:`vector_search` does."""
+        facts = [f for f in self.facts_of(entity_ids) if (f.relation == relation) == same and f.embedding is not None]
+        if not facts or k <= 0:
+            return []
+        query = np.asarray(vector, dtype=np.float64)
+        query = query / (np.linalg.norm(query) or 1.0)
+        matrix = np.array([f.embedding for f in facts], dtype=np.float64)
+        norms = np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        scores = (matrix @ query / norms).astype(np.float32).tolist()
+        order = sorted(range(len(facts)), key=lambda i: -scores[i])[:k]
+        return [(facts[i], scores[i]) for i in order]
+
     def group_lock(self, group_id: str) -> AbstractContextManager[None]:
         """Held around a read-modify-write cycle of one group. A :attr:`shared` store locks across processes;
         the default is no lock (the memory's own locks suffice within one process)."""

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from tkg.codec import NO_TIME
 from tkg.errors import BackendError
 from tkg.integrity import check_write, nothing_stored
-from tkg.models import Entity, Kind, Record, search_text
+from tkg.models import Entity, Fact, Kind, Record, search_text
 from tkg.names import normalize_name
 from tkg.snapshot import pack
 from tkg.storage import IndexExport, RecordSet, Sections
@@ -252,7 +252,8 @@ def _restore_table(
     table.slot_of = dict(zip(map(_ID, recs), slot_list, strict=True))
     for column in (table.alive, table.group, table.created, table.valid, table.invalid, table.expired, table.prior):
         column.ensure(size)
-    table.relation.ensure(size)
+    for column in (table.relation, table.source, table.target):
+        column.ensure(size)
     table.alive.view()[slots] = True
     table.live = n
     table.version += 1
@@ -276,7 +277,12 @@ def _restore_table(
         table.prior.view()[slots] = micros("prior_invalid_at", MAX)
         table.relation.view()[slots] = _codes(list(map(_RELATION, recs)), store._relation_codes)
         ids = list(map(_ID, recs))
-        _group_into(store._adjacent, list(map(_SOURCE, recs)) + list(map(_TARGET, recs)), ids + ids)
+        sources, targets = list(map(_SOURCE, recs)), list(map(_TARGET, recs))
+        table.source.view()[slots] = _codes(sources, store._entity_codes)
+        table.target.view()[slots] = _codes(targets, store._entity_codes)
+        _group_into(store._adjacent, sources + targets, ids + ids)
+        judged = [(named, fact.id) for fact in recs if isinstance(fact, Fact) for named in fact.verdicts]
+        _group_into(store._judging, [j[0] for j in judged], [j[1] for j in judged])
         episodes = list(map(_EPISODES, recs))
         counts = np.fromiter(map(len, episodes), dtype=np.int64, count=n)
         owners = _pick(ids, np.repeat(np.arange(n), counts))

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, EmbeddingError, ValidationError
@@ -59,6 +60,9 @@ _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 # (measured: folding a whole 512-vector tail per task, the worker re-took the graph lock before a waiting search
 # could, and p99.9 of add_episode at 100k facts rose from 21 to 68 ms).
 _FOLD_BATCH = 32
+# Up to this many facts around the entities asked about, their neighbourhood is read from the adjacency sets; past
+# it, from the fact table's columns in one vectorised pass.
+_FEW_FACTS = 4096
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -125,6 +129,8 @@ class InMemoryStore(Store):
         self._group_counts: dict[str, int] = {}
         self._names: dict[tuple[str, str], set[str]] = {}
         self._adjacent: dict[str, set[str]] = {}  # entity id -> ids of facts touching it
+        self._entity_codes: dict[str, int] = {}  # entity id -> its code in the fact table's end columns
+        self._judging: dict[str, set[str]] = {}  # fact id -> ids of the facts whose verdicts name it
         self._episode_facts: dict[str, set[str]] = {}
         self._mentions_by_episode: dict[str, set[str]] = {}
         self._mentions_by_entity: dict[str, set[str]] = {}
@@ -184,8 +190,13 @@ class InMemoryStore(Store):
             table.expired[slot] = micros_or(record.expired_at, MAX)
             table.prior[slot] = micros_or(record.prior_invalid_at, MAX)
             table.relation[slot] = self._relation_codes.setdefault(record.relation, len(self._relation_codes))
+            codes = self._entity_codes
+            table.source[slot] = codes.setdefault(record.source_id, len(codes))
+            table.target[slot] = codes.setdefault(record.target_id, len(codes))
             for end in (record.source_id, record.target_id):
                 self._adjacent.setdefault(end, set()).add(record.id)
+            for named in record.verdicts:
+                self._judging.setdefault(named, set()).add(record.id)
             for episode_id in record.episodes:
                 self._episode_facts.setdefault(episode_id, set()).add(record.id)
         elif isinstance(record, Episode):
@@ -239,6 +250,8 @@ class InMemoryStore(Store):
         if isinstance(record, Fact):
             for end in (record.source_id, record.target_id):
                 self._discard(self._adjacent, end, record.id)
+            for named in record.verdicts:
+                self._discard(self._judging, named, record.id)
             for episode_id in record.episodes:
                 self._discard(self._episode_facts, episode_id, record.id)
         elif isinstance(record, Episode):
@@ -387,6 +400,69 @@ class InMemoryStore(Store):
             return [table.records[s] for s in slots]  # type: ignore[misc]
         admitted = self._mask(Kind.FACT, scope)  # the cached scope mask: no per-fact Python time checks
         return [table.records[s] for s in slots if admitted[s]]  # type: ignore[misc]
+
+    # The neighbourhood of a new fact (see Store). Few facts around the entities: from the adjacency sets; many
+    # (a hot entity): one vectorised pass over the fact table's end and relation columns.
+    @_locked
+    def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
+        table = self._tables[Kind.FACT]
+        slots: set[int] = set()
+        for a, b in pairs:
+            near, far = sorted((a, b), key=lambda e: len(self._adjacent.get(e, ())))
+            for fact_id in self._adjacent.get(near, ()):
+                slot = table.slot_of[fact_id]
+                fact = table.records[slot]
+                assert isinstance(fact, Fact)
+                if {fact.source_id, fact.target_id} == {near, far}:
+                    slots.add(slot)
+        return [table.records[s] for s in sorted(slots)]  # type: ignore[misc]
+
+    @_locked
+    def facts_with(self, entity_ids: Sequence[str], relation: str) -> list[Fact]:
+        table = self._tables[Kind.FACT]
+        return [table.records[s] for s in self._neighbourhood(entity_ids, relation, True)]  # type: ignore[misc]
+
+    @_locked
+    def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:
+        table = self._tables[Kind.FACT]
+        ends = set(entity_ids)
+        slots = set()
+        for named in fact_ids:
+            for fact_id in self._judging.get(named, ()):
+                slot = table.slot_of[fact_id]
+                fact = table.records[slot]
+                assert isinstance(fact, Fact)
+                if fact.source_id in ends or fact.target_id in ends:
+                    slots.add(slot)
+        return [table.records[s] for s in sorted(slots)]  # type: ignore[misc]
+
+    @_locked
+    def closest_facts(
+        self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True
+    ) -> list[tuple[Fact, float]]:
+        table = self._tables[Kind.FACT]
+        query = check_vectors(vector, self.dim)[0]
+        mask = np.zeros(table.alive.size, dtype=np.bool_)
+        mask[self._neighbourhood(entity_ids, relation, same)] = True
+        found = self._vectors[Kind.FACT].search(query, k, mask)
+        return [(table.records[slot], score) for slot, score in found]  # type: ignore[misc]
+
+    def _neighbourhood(self, entity_ids: Sequence[str], relation: str, same: bool) -> npt.NDArray[np.int64]:
+        """The slots of live facts with an end among ``entity_ids`` and ``relation`` (``same``) or another one,
+        in slot order."""
+        table = self._tables[Kind.FACT]
+        code = self._relation_codes.get(relation, -1)
+        ends = [e for e in dict.fromkeys(entity_ids) if e in self._adjacent]
+        if sum(len(self._adjacent[e]) for e in ends) <= _FEW_FACTS:
+            ids = set().union(*(self._adjacent[e] for e in ends)) if ends else set()
+            slots = np.fromiter(sorted(table.slot_of[i] for i in ids), dtype=np.int64, count=len(ids))
+            kept = table.relation.view()[slots] == code
+            return slots[kept if same else ~kept]
+        codes = [self._entity_codes[e] for e in ends]
+        touching = np.isin(table.source.view(), codes) | np.isin(table.target.view(), codes)
+        kept = table.relation.view() == code
+        touching &= table.alive.view() & (kept if same else ~kept)
+        return np.flatnonzero(touching)
 
     @_locked
     def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:

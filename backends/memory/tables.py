@@ -42,6 +42,9 @@ class Table:
         self.prior = Column(np.int64, MAX)
         # Filters: a fact's relation code; one boolean column per entity label (labels are few).
         self.relation = Column(np.int32, -1)
+        # Facts: the codes of their two ends (the store's entity codes), for the neighbourhood of a hot entity.
+        self.source = Column(np.int32, -1)
+        self.target = Column(np.int32, -1)
         self.labels: dict[str, Column] = {}
         self.live = 0
         self.version = 0  # bumped on every change; cached masks are keyed by it
@@ -74,7 +77,7 @@ class Table:
         self.records.append(None)
         self.slot_of[record_id] = slot
         columns = (self.alive, self.group, self.created, self.valid, self.invalid, self.expired, self.prior)
-        for column in (*columns, self.relation):
+        for column in (*columns, self.relation, self.source, self.target):
             column.ensure(slot + 1)
         for column in self.labels.values():
             column.ensure(slot + 1)

@@ -17,6 +17,11 @@ from .scope import scope_where
 from .session import Session
 
 _PAGE = 2000
+#: The seqs of the facts with an end among %(ids)s whose relation is ({op}) %(relation)s.
+NEIGHBOURHOOD = (
+    "SELECT seq FROM {{s}}.facts WHERE source_id = ANY(%(ids)s::text[]) AND relation {op} %(relation)s UNION "
+    "SELECT seq FROM {{s}}.facts WHERE target_id = ANY(%(ids)s::text[]) AND relation {op} %(relation)s"
+)
 
 
 class Reads(Session):
@@ -86,6 +91,34 @@ class Reads(Session):
         )
         rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
         return from_rows(Kind.FACT, rows)
+
+    # The neighbourhood of a new fact: each read one statement on the (end, relation) and pair indexes and the
+    # verdicts' GIN index (schema 4), never every fact of a hot entity.
+    def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
+        if not pairs:
+            return []
+        params = {"a": [p[0] for p in pairs], "b": [p[1] for p in pairs]}
+        join = "FROM unnest(%(a)s::text[], %(b)s::text[]) AS p(a, b) JOIN {s}.facts f ON "
+        statement = self._q(
+            f"{select(Kind.FACT)} WHERE seq IN (SELECT f.seq {join} f.source_id = p.a AND f.target_id = p.b "
+            f"UNION SELECT f.seq {join} f.source_id = p.b AND f.target_id = p.a) ORDER BY seq"
+        )
+        return from_rows(Kind.FACT, self._read(lambda cur: cur.execute(statement, params).fetchall()))
+
+    def facts_with(self, entity_ids: Sequence[str], relation: str) -> list[Fact]:
+        params: dict[str, Any] = {"ids": list(entity_ids), "relation": relation}
+        statement = self._q(f"{select(Kind.FACT)} WHERE seq IN ({NEIGHBOURHOOD.format(op='=')}) ORDER BY seq")
+        return from_rows(Kind.FACT, self._read(lambda cur: cur.execute(statement, params).fetchall()))
+
+    def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:
+        if not fact_ids or not entity_ids:
+            return []
+        params: dict[str, Any] = {"named": list(fact_ids), "ids": list(entity_ids)}
+        statement = self._q(
+            f"{select(Kind.FACT)} WHERE verdicts::jsonb ?| %(named)s::text[] "
+            "AND (source_id = ANY(%(ids)s::text[]) OR target_id = ANY(%(ids)s::text[])) ORDER BY seq"
+        )
+        return from_rows(Kind.FACT, self._read(lambda cur: cur.execute(statement, params).fetchall()))
 
     def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:
         if not seeds:

@@ -21,7 +21,7 @@ from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Menti
 from .connection import connect, describe
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -235,11 +235,28 @@ def _migrate_to_3(conn: psycopg.Connection[Any], schema: str, settings: dict[str
         conn.execute(render(_V3_TABLE.replace("{table}", TABLES[kind].name), schema))
 
 
+# Version 4: the neighbourhood of a new fact is read from indexes (an entity's facts of one relation, the facts
+# between two entities, the facts whose verdicts name one), never by reading every fact of a hot entity.
+_V4 = """
+DROP INDEX IF EXISTS {s}.facts_source;
+DROP INDEX IF EXISTS {s}.facts_target;
+CREATE INDEX facts_source ON {s}.facts (source_id, relation);
+CREATE INDEX facts_target ON {s}.facts (target_id, relation);
+CREATE INDEX facts_pair ON {s}.facts (source_id, target_id);
+CREATE INDEX facts_verdicts ON {s}.facts USING gin ((verdicts::jsonb));
+"""
+
+
+def _migrate_to_4(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render(_V4, schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
     2: _migrate_to_2,
     3: _migrate_to_3,
+    4: _migrate_to_4,
 }
 
 

@@ -7,16 +7,18 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import psycopg
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
-from tkg.models import VECTOR_FIELD, Kind, Vector
+from tkg.models import VECTOR_FIELD, Fact, Kind, Vector
 from tkg.storage import Hit
 from tkg.timeline import Scope
 from tkg.tokens import K1, B, idf, rank_score, tokenize
 
-from .records import TEXT_KINDS
+from .reads import NEIGHBOURHOOD
+from .records import TEXT_KINDS, from_rows, select
 from .schema import TABLES
 from .scope import scope_where
 from .session import Session
@@ -124,6 +126,25 @@ class Search(Session):
         hits = [(1.0 - d if d is not None and not math.isnan(d) else 0.0, seq, rid) for rid, seq, d in rows]
         hits.sort(key=lambda h: (-h[0], h[1]))
         return [Hit(rid, score) for score, _, rid in hits]
+
+    def closest_facts(
+        self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True
+    ) -> list[tuple[Fact, float]]:
+        query = check_vectors(vector, self.dim)[0]
+        if k <= 0 or not entity_ids:
+            return []
+        params: dict[str, Any] = {"ids": list(entity_ids), "relation": relation, "q": query, "k": int(k)}
+        # Exact: the neighbourhood's rows from the (end, relation) indexes, each scored (no HNSW walk).
+        columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
+        statement = self._q(
+            f"{columns}, embedding <=> %(q)s FROM {{s}}.facts WHERE seq IN "
+            f"({NEIGHBOURHOOD.format(op='=' if same else '<>')}) AND embedding IS NOT NULL "
+            "ORDER BY (embedding <=> %(q)s) + 0, seq LIMIT %(k)s"
+        )
+        rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
+        facts = from_rows(Kind.FACT, [row[:-1] for row in rows])
+        scores = [1.0 - d if d is not None and not math.isnan(d) else 0.0 for d in (row[-1] for row in rows)]
+        return [(f, float(np.float32(s))) for f, s in zip(facts, scores, strict=True)]
 
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)

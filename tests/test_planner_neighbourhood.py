@@ -1,0 +1,69 @@
+"""The planner's reads of a new fact's neighbourhood (tkg/extraction.py), on every backend: candidates read from the
+store closest first, a batch at a time, must be those a read of the whole neighbourhood gives."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from tkg.drafts import Draft, DraftEntity, DraftFact
+from tkg.extraction import EpisodePlanner, PlanSettings
+from tkg.models import Entity, Episode, Fact
+from tkg.storage import Store, WriteBatch
+
+DIM = 8
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def toward(cosine: float, axis: int) -> np.ndarray:
+    """A unit vector at ``cosine`` to the first axis, leaning on another."""
+    vector = np.zeros(DIM, dtype=np.float32)
+    vector[0], vector[axis] = cosine, math.sqrt(1 - cosine * cosine)
+    return vector
+
+
+@pytest.mark.parametrize("batch", [1, 2, 10**6])
+def test_a_statement_met_through_one_restatement_is_read_whole(make_store: Callable[[int], Store], batch: int) -> None:
+    """ "Ann likes rome" is the closest fact to the new one, but its statement's restatement shown to the LLM is the
+    earliest, "ANN LIKES ROME", which is far: so the closest statement is "Ann likes oslo". Read one fact at a
+    time, a planner that took the statement's first restatement for the whole would show "Ann likes rome"."""
+    store = make_store(DIM)
+    names = ["Ann", "Rome", "Oslo", "Lima", "Kiev", "Bern"]
+    entities = [Entity(id=f"e{i}", group_id="g", name=n, created_at=T0) for i, n in enumerate(names)]
+    rows = [  # (target, sentence, valid year, cosine to the new fact)
+        ("e1", "Ann likes rome", 2021, 0.9),
+        ("e2", "Ann likes oslo", 2021, 0.8),
+        ("e3", "Ann likes lima", 2021, 0.6),
+        ("e4", "Ann likes kiev", 2021, 0.58),
+        ("e5", "Ann likes bern", 2021, 0.56),
+        ("e1", "ANN LIKES ROME", 2020, 0.1),
+    ]
+    facts = [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id="e0",
+            target_id=target,
+            relation="LIKES",
+            fact=sentence,
+            created_at=T0,
+            valid_at=datetime(year, 1, 1, tzinfo=UTC),
+            embedding=toward(cosine, 1 + i % (DIM - 1)),
+        )
+        for i, (target, sentence, year, cosine) in enumerate(rows)
+    ]
+    store.write(WriteBatch(puts=[*entities, *facts]))
+    episode = Episode(id="ep", group_id="g", content="Ann likes Paris", source="text", reference_time=T0, created_at=T0)
+    draft = Draft(
+        entities=[DraftEntity("Ann"), DraftEntity("Paris")],
+        facts=[DraftFact("Ann", "LIKES", "Paris", "Ann likes paris", datetime(2022, 1, 1, tzinfo=UTC), None)],
+    )
+    settings = PlanSettings(max_fact_candidates=1, related_candidates=0, candidate_batch=batch)
+    vectors = {"Ann likes paris": toward(1.0, 1)}
+    questions = EpisodePlanner(store, episode, T0, settings, vectors).questions(draft)
+    assert [[c.fact for c in item.candidates] for item in questions.facts] == [["Ann likes oslo"]]
+    store.close()
