@@ -234,9 +234,8 @@ class EpisodePlanner:
         k = self.settings.candidate_batch
         while limit > 0:
             found = self.store.closest_facts(near, vector, k, probe.relation)
-            for old, _ in found:
-                if old.id not in seen:
-                    take(self._between([(old.source_id, old.target_id)]))  # with the rest of its statement
+            # Each fact read with the rest of its statement: every fact between its two ends, in one read.
+            take(self._between([(old.source_id, old.target_id) for old, _ in found if old.id not in seen]))
             if len(found) < k:
                 return
             edge = found[-1][1] + _SCORE_NOISE

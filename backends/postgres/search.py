@@ -134,14 +134,28 @@ class Search(Session):
         if k <= 0 or not entity_ids:
             return []
         params: dict[str, Any] = {"ids": list(entity_ids), "relation": relation, "q": query, "k": int(k)}
-        # Exact: the neighbourhood's rows from the (end, relation) indexes, each scored (no HNSW walk).
+        # As vector_search: the first form may walk the HNSW index (PostgreSQL's choice, for a large neighbourhood);
+        # the second is exact over the neighbourhood's rows from the (end, relation) indexes, run when the walk
+        # came back short.
         columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
-        statement = self._q(
-            f"{columns}, embedding <=> %(q)s FROM {{s}}.facts WHERE seq IN "
-            f"({NEIGHBOURHOOD.format(op='=' if same else '<>')}) AND embedding IS NOT NULL "
-            "ORDER BY (embedding <=> %(q)s) + 0, seq LIMIT %(k)s"
+        op = "=" if same else "<>"
+        indexed = self._q(
+            f"{columns}, embedding <=> %(q)s FROM {{s}}.facts WHERE (source_id = ANY(%(ids)s::text[]) OR "
+            f"target_id = ANY(%(ids)s::text[])) AND relation {op} %(relation)s AND embedding IS NOT NULL "
+            "ORDER BY embedding <=> %(q)s LIMIT %(k)s"
         )
-        rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
+        exact = self._q(
+            f"{columns}, embedding <=> %(q)s FROM {{s}}.facts WHERE seq IN ({NEIGHBOURHOOD.format(op=op)}) "
+            "AND embedding IS NOT NULL ORDER BY (embedding <=> %(q)s) + 0, seq LIMIT %(k)s"
+        )
+
+        def run(cur: psycopg.Cursor[Any]) -> list[Any]:
+            rows = cur.execute(indexed, params).fetchall()
+            if len(rows) < k:
+                rows = cur.execute(exact, params).fetchall()
+            return rows
+
+        rows = self._read(run)
         facts = from_rows(Kind.FACT, [row[:-1] for row in rows])
         scores = [1.0 - d if d is not None and not math.isnan(d) else 0.0 for d in (row[-1] for row in rows)]
         return [(f, float(np.float32(s))) for f, s in zip(facts, scores, strict=True)]
