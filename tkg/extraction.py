@@ -48,6 +48,10 @@ class PlanSettings:
     #: Facts read per round when candidates are read from the store closest first (more rounds when the filters
     #: drop many); the candidates found do not depend on it.
     candidate_batch: int = 32
+    #: The most facts read that way per search. It bites only when that many facts tie at the edge of what was
+    #: read (a bag-of-words embedder gives thousands of equal scores around a hot entity): the ties not read are
+    #: left out, and the statements read are ranked as they are.
+    candidate_reads: int = 128
     #: Entities fetched by each of cosine and BM25 when looking for resolution candidates.
     entity_candidates: int = 8
     max_summary_chars: int = MAX_SUMMARY_CHARS
@@ -231,18 +235,18 @@ class EpisodePlanner:
         if vector is None:
             take(self.store.facts_with(near, probe.relation))
             return
-        k = self.settings.candidate_batch
+        k, most = self._reads()
         while limit > 0:
             found = self.store.closest_facts(near, vector, k, probe.relation)
             # Each fact read with the rest of its statement: every fact between its two ends, in one read.
             take(self._between([(old.source_id, old.target_id) for old, _ in found if old.id not in seen]))
-            if len(found) < k:
+            if len(found) < k or k >= most:
                 return
             edge = found[-1][1] + _SCORE_NOISE
             shown = [min(m, key=_representative) for m in statements.values()]
             if sum(score > edge for score in _closeness(shown, vector)) >= limit:
                 return
-            k *= 4
+            k = most
 
     def _related(self, probe: Fact, near: list[str]) -> dict[str, Fact]:
         """Facts under another relation that share an endpoint with the new fact (``near``) and say something
@@ -257,17 +261,17 @@ class EpisodePlanner:
         # (ties with it kept, then broken by content) or below the similarity floor. The store gives the closest
         # facts a batch at a time; scores above the batch's last one (give or take float noise) are certain.
         floor = self.settings.related_min_similarity
-        k = self.settings.candidate_batch
+        k, most = self._reads()
         while True:
             got = self.store.closest_facts(near, vector, k, probe.relation, same=False)
             found = [f for f, _ in got]
-            exhausted = len(found) < k
+            last = len(found) < k or k >= most  # all of them, or as many as are read
             scores = _closeness(found, vector)
-            edge = -math.inf if exhausted else got[-1][1] + _SCORE_NOISE
+            edge = -math.inf if last else got[-1][1] + _SCORE_NOISE
             best, decided = _best_statements(found, scores, edge, floor, limit)
-            if decided or exhausted:
+            if decided or last:
                 break
-            k *= 4
+            k = most
         ranked = set(sorted(best, key=lambda key: (-best[key], key))[:limit])
         out: dict[str, Fact] = {}
         for source, target, *_ in ranked:
@@ -275,6 +279,11 @@ class EpisodePlanner:
                 if f.embedding is not None and invalidation.statement_key(f) in ranked:
                     out[f.id] = f
         return out
+
+    def _reads(self) -> tuple[int, int]:
+        """Facts read in the first round of a closest-first search, and the most read in all."""
+        most = max(1, self.settings.candidate_reads)
+        return min(max(1, self.settings.candidate_batch), most), most
 
     def _possible_ids(self, name: str) -> list[str | None]:
         match, candidates, _ = self._verdict(name)
