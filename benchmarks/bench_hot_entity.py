@@ -10,9 +10,9 @@ from a pool three times the run, so a few repeat) through ``Memory.add_episode``
 (wall time minus the time inside the LLM double) of the last ``--block`` episodes before it: p50, p95, max.
 
     python benchmarks/bench_hot_entity.py --quick        # 200 and 400 facts (seconds)
-    python benchmarks/bench_hot_entity.py                # 1,000, 2,000 and 5,000 facts
+    python benchmarks/bench_hot_entity.py                # 1,000, 10,000 and 100,000 facts (~25 min)
     python benchmarks/bench_hot_entity.py --sizes 1000,10000
-    python benchmarks/bench_hot_entity.py --backends memory,postgres   # also on PostgreSQL (an embedded server)
+    python benchmarks/bench_hot_entity.py --backends memory,postgres --postgres-sizes 1000,10000   # PostgreSQL too
 
 Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size, on every backend.
 """
@@ -20,6 +20,7 @@ Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size,
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -85,9 +86,9 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[
     return rows
 
 
-def contract(by_backend: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def contract(by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Tables, plot and targets of a run; ``before``: an earlier run's JSON, shown beside it (its tables only)."""
     tables, series, targets = [], {}, []
-    x: list[int] = []
     for backend, rows in by_backend.items():
         tables.append(
             {
@@ -100,13 +101,25 @@ def contract(by_backend: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 ],
             }
         )
-        x = x or [r["user_facts"] for r in rows]
-        series[f"{backend} p50"] = [r["p50_ms"] for r in rows]
-        series[f"{backend} p95"] = [r["p95_ms"] for r in rows]
         for r in rows:
             at = f"{r['user_facts']:,} facts ({backend})"
             targets.append(render.target(f"engine p50 < 5 ms at {at}", r["p50_ms"], P50_LIMIT_MS, "ms"))
             targets.append(render.target(f"engine p95 < 10 ms at {at}", r["p95_ms"], P95_LIMIT_MS, "ms"))
+    for backend, rows in before["results"].items() if before else ():
+        tables.append(
+            {
+                "title": f"Before: the same benchmark on {before['started'][:10]} ({backend} backend)",
+                "columns": ["episodes", "facts of the user entity", "engine p50 ms", "engine p95 ms", "engine max ms"],
+                "rows": [[r["episodes"], r["user_facts"], r["p50_ms"], r["p95_ms"], r["max_ms"]] for r in rows],
+                "notes": [f"from {before.get('source', 'an earlier run')}: {before.get('command', '')}"],
+            }
+        )
+    # One x for every backend (PostgreSQL may stop at smaller sizes): a size a backend did not run is left out.
+    x = sorted({r["user_facts"] for rows in by_backend.values() for r in rows})
+    for backend, rows in by_backend.items():
+        at = {r["user_facts"]: r for r in rows}
+        for stat in ("p50", "p95"):
+            series[f"{backend} {stat}"] = [at[n][f"{stat}_ms"] if n in at else None for n in x]
     plot = {
         "file": "hot_entity_engine_ms.png",
         "title": "Engine time per episode as one entity accumulates facts",
@@ -131,10 +144,15 @@ def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200 and 400 episodes")
-    parser.add_argument("--sizes", default="1000,2000,5000", help="comma-separated episode counts")
+    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated episode counts")
+    parser.add_argument(
+        "--postgres-sizes", default=None, help="episode counts on PostgreSQL (default: --sizes; its writes are slower)"
+    )
     parser.add_argument("--block", type=int, default=200, help="episodes measured before each size")
     parser.add_argument("--backends", default="memory", help="comma-separated: memory, postgres (default memory)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "hot_entity.json", help="where the JSON goes")
+    parser.add_argument("--before", type=Path, help="an earlier run's JSON, shown beside this one")
+    parser.add_argument("--reuse", type=Path, help="take the measurements from this run's JSON instead of running")
     args = parser.parse_args(argv)
     sizes = [200, 400] if args.quick else sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if not sizes or sizes[0] < 1 or args.block < 1:
@@ -145,12 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or set(backends) - {"memory", "postgres"}:
         parser.error("--backends takes memory and/or postgres")
-    by_backend = {backend: run_on(backend, sizes, args.block) for backend in backends}
-    payload = {
-        **render.header("hot_entity", args, info, started_at, started),
-        **contract(by_backend),
-        "results": by_backend,
-    }
+    sizes_of = {"memory": sizes, "postgres": sizes}
+    if args.postgres_sizes and not args.quick:
+        sizes_of["postgres"] = sorted({int(s) for s in args.postgres_sizes.split(",") if s.strip()})
+    before = None
+    if args.before:
+        before = json.loads(args.before.read_text())
+        before["source"] = args.before.name
+    if args.reuse:  # only the presentation is new: keep the measured run's header
+        measured = json.loads(args.reuse.read_text())
+        header = {k: measured[k] for k in ("bench", "command", "machine", "args", "started", "seconds")}
+        by_backend = measured["results"]
+    else:
+        by_backend = {backend: run_on(backend, sizes_of[backend], args.block) for backend in backends}
+        header = render.header("hot_entity", args, info, started_at, started)
+    payload = {**header, **contract(by_backend, before), "results": by_backend}
     render.write_result(args.out, payload)
     return 0
 

@@ -332,3 +332,25 @@ def test_results_carry_no_path_of_this_machine(tmp_path: Path, monkeypatch: pyte
     assert plain == {"out": "out/x.json", "data": "../shared", "sizes": [1, 3]}
     render.write_result(tmp_path / "out" / "x.json", {"args": plain})
     assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"args": plain}
+
+
+def test_hot_entity_shows_an_earlier_run_beside_a_measured_one(tmp_path: Path) -> None:
+    """bench_hot_entity --reuse RUN --before OLD: the run's own tables and targets, and the earlier run's rows in
+    tables of their own, without measuring anything again."""
+    import bench_hot_entity
+
+    def run(started: str, p50: float) -> dict[str, Any]:
+        row = {"episodes": 1000, "user_facts": 1000, "p50_ms": p50, "p95_ms": 2 * p50, "max_ms": 3 * p50, "block": 200}
+        return {**FIXTURE, "bench": "hot_entity", "started": started, "args": {}, "results": {"memory": [row]}}
+
+    (tmp_path / "run.json").write_text(json.dumps(run("2026-11-27T10:00:00+00:00", 3.0)))
+    (tmp_path / "old.json").write_text(json.dumps(run("2026-11-20T10:00:00+00:00", 40.0)))
+    out = tmp_path / "out.json"
+    bench_hot_entity.main(
+        ["--reuse", str(tmp_path / "run.json"), "--before", str(tmp_path / "old.json"), "--out", str(out)]
+    )
+    payload = json.loads(out.read_text())
+    assert payload["started"] == "2026-11-27T10:00:00+00:00"
+    assert [t["rows"][0][2] for t in payload["tables"]] == [3.0, 40.0]
+    assert payload["tables"][1]["title"].startswith("Before: the same benchmark on 2026-11-20")
+    assert [t["pass"] for t in payload["targets"]] == [True, True]  # the run's targets only
