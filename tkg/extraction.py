@@ -149,8 +149,8 @@ class EpisodePlanner:
 
         Nothing here reads all the facts of an entity: the candidates are the facts between the two ends, the
         closest facts of the same relation (read closest first until the shown statements are certain), the
-        related facts (:meth:`_related`) and the facts judged against a restatement; an entity with 100,000 facts
-        costs what one with ten does."""
+        related facts (:meth:`_related`) and the facts judged against a restatement, each read from the store's
+        indexes."""
         near = sources | targets
         single = self.settings.ontology.single_valued(probe.relation)
         related = self._related(probe, sorted(near))

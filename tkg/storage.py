@@ -17,8 +17,8 @@ and never ask "does this store have X?":
   (default: nothing exported; a restore loads the records and builds the indexes);
 * :meth:`Store.facts_between`, :meth:`Store.facts_with`, :meth:`Store.facts_judging`, :meth:`Store.closest_facts`
   -- the neighbourhood of a new fact, which truth maintenance reads for every fact of every episode (the
-  defaults filter :meth:`Store.facts_of`; a backend answers from indexes, so that an entity with 100,000 facts
-  costs no more per episode than one with ten);
+  defaults filter :meth:`Store.facts_of`; a backend answers from indexes, so that an episode about an entity
+  with 100,000 facts does not read them all);
 * :meth:`Store.flush`, :meth:`Store.stats`, :meth:`Store.close` -- maintenance, with no-op defaults.
 """
 

@@ -405,36 +405,40 @@ class InMemoryStore(Store):
     # (a hot entity): one vectorised pass over the fact table's end and relation columns.
     @_locked
     def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
-        table = self._tables[Kind.FACT]
-        slots: set[int] = set()
-        for a, b in pairs:
-            near, far = sorted((a, b), key=lambda e: len(self._adjacent.get(e, ())))
-            for fact_id in self._adjacent.get(near, ()):
-                slot = table.slot_of[fact_id]
-                fact = table.records[slot]
-                assert isinstance(fact, Fact)
-                if {fact.source_id, fact.target_id} == {near, far}:
-                    slots.add(slot)
-        return [table.records[s] for s in sorted(slots)]  # type: ignore[misc]
+        found: set[int] = set()
+        for pair in pairs:
+            near = min(pair, key=lambda e: len(self._adjacent.get(e, ())))  # read the smaller adjacency set
+            found |= self._slots_where(self._adjacent.get(near, ()), set(pair), whole=True)
+        return self._facts_at(found)
 
     @_locked
     def facts_with(self, entity_ids: Sequence[str], relation: str) -> list[Fact]:
-        table = self._tables[Kind.FACT]
-        return [table.records[s] for s in self._neighbourhood(entity_ids, relation, True)]  # type: ignore[misc]
+        return self._facts_at(self._neighbourhood(entity_ids, relation, True).tolist())
 
     @_locked
     def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:
-        table = self._tables[Kind.FACT]
         ends = set(entity_ids)
-        slots = set()
+        found: set[int] = set()
         for named in fact_ids:
-            for fact_id in self._judging.get(named, ()):
-                slot = table.slot_of[fact_id]
-                fact = table.records[slot]
-                assert isinstance(fact, Fact)
-                if fact.source_id in ends or fact.target_id in ends:
-                    slots.add(slot)
-        return [table.records[s] for s in sorted(slots)]  # type: ignore[misc]
+            found |= self._slots_where(self._judging.get(named, ()), ends, whole=False)
+        return self._facts_at(found)
+
+    def _slots_where(self, fact_ids: Iterable[str], ends: set[str], *, whole: bool) -> set[int]:
+        """The slots of these facts whose two ends are ``ends`` (``whole``) or that have an end among them."""
+        table = self._tables[Kind.FACT]
+        found = set()
+        for slot in map(table.slot_of.__getitem__, fact_ids):
+            fact = table.records[slot]
+            assert isinstance(fact, Fact)
+            touched = {fact.source_id, fact.target_id}
+            if touched == ends if whole else not touched.isdisjoint(ends):
+                found.add(slot)
+        return found
+
+    def _facts_at(self, slots: Iterable[int]) -> list[Fact]:
+        """The facts at these slots, in slot (insertion) order."""
+        records = self._tables[Kind.FACT].records
+        return [records[s] for s in sorted(slots)]  # type: ignore[misc]
 
     @_locked
     def closest_facts(
