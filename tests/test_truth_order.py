@@ -78,21 +78,24 @@ def judge(prompt: Prompt, model: Any) -> Any:
     return Resolution(facts=decisions)
 
 
-def new_memory(store: Store) -> Memory:
+def new_memory(
+    store: Store, embedder: Any = EMB, handler: Callable[[Prompt, Any], Any] = judge, bounds: tuple[int, int] = (30, 30)
+) -> Memory:
+    """A memory judged by ``judge`` (or ``handler``). Every fact under another relation that shares an endpoint is
+    a candidate (the hash embedder's similarities are noise), and by default the bounds on candidates per new
+    fact (``bounds``: statements, related statements) never bite in this small world: the history is then
+    order-independent exactly (past the bounds, only the closest statements are asked)."""
     return Memory(
         store,
-        embedder=EMB,
-        llm=ScriptedLLM(handler=judge),
+        embedder=embedder,
+        llm=ScriptedLLM(handler=handler),
         clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
         ontology=ONTOLOGY,
-        # Every fact under another relation that shares an endpoint is a candidate (the hash embedder's
-        # similarities are noise), and the bounds on candidates per new fact never bite in this small world: the
-        # history is then order-independent exactly (past the bounds, only the closest statements are asked).
         config=MemoryConfig(
             llm_policy=LLMPolicy(backoff_initial=0.0),
             communities=None,
-            max_fact_candidates=30,
-            related_fact_candidates=30,
+            max_fact_candidates=bounds[0],
+            related_fact_candidates=bounds[1],
             related_min_similarity=-1.0,
         ),
     )
@@ -315,20 +318,7 @@ def test_candidates_read_closest_first_are_those_of_the_whole_neighbourhood(
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(ingest_module, "PlanSettings", functools.partial(PlanSettings, candidate_batch=batch))
-            memory = Memory(
-                make_store(PerText.dim),
-                embedder=PerText(),
-                llm=ScriptedLLM(handler=recording),
-                clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
-                ontology=ONTOLOGY,
-                config=MemoryConfig(
-                    llm_policy=LLMPolicy(backoff_initial=0.0),
-                    communities=None,
-                    max_fact_candidates=1,
-                    related_fact_candidates=2,
-                    related_min_similarity=-1.0,
-                ),
-            )
+            memory = new_memory(make_store(PerText.dim), PerText(), recording, bounds=(1, 2))
             for content, said in items:
                 assert memory.add_episode(content, reference_time=said, group_id="g").status.value == "extracted"
             assert memory._ingestor.settings.candidate_batch == batch

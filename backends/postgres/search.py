@@ -4,7 +4,7 @@ short) and BM25 over the postings tables of :mod:`.terms`, scored and ranked as 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +93,24 @@ def bm25_statements(kind: Kind, where: str) -> tuple[str, str]:
     return scored, pruned
 
 
+def _index_walk_or_exact(
+    indexed: Any, exact: Any, params: dict[str, Any], k: int
+) -> Callable[[psycopg.Cursor[Any]], list[Any]]:
+    """A read that runs ``indexed`` (a form that can walk the HNSW index) and, when the walk comes back with fewer
+    than ``k`` rows, ``exact`` (a scan that scores every admitted row)."""
+
+    def run(cur: psycopg.Cursor[Any]) -> list[Any]:
+        rows = cur.execute(indexed, params).fetchall()
+        return rows if len(rows) >= k else cur.execute(exact, params).fetchall()
+
+    return run
+
+
+def _similarity(distance: float | None) -> float:
+    """pgvector's cosine distance as a similarity (a zero vector's NaN distance, or none, scores 0)."""
+    return 1.0 - distance if distance is not None and not math.isnan(distance) else 0.0
+
+
 class Search(Session):
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)
@@ -116,14 +134,8 @@ class Search(Session):
             f"ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s"
         )
 
-        def run(cur: psycopg.Cursor[Any]) -> list[Any]:
-            rows = cur.execute(indexed, params).fetchall()
-            if len(rows) < k:
-                rows = cur.execute(exact, params).fetchall()
-            return rows
-
-        rows = self._read(run)
-        hits = [(1.0 - d if d is not None and not math.isnan(d) else 0.0, seq, rid) for rid, seq, d in rows]
+        rows = self._read(_index_walk_or_exact(indexed, exact, params, k))
+        hits = [(_similarity(d), seq, rid) for rid, seq, d in rows]
         hits.sort(key=lambda h: (-h[0], h[1]))
         return [Hit(rid, score) for score, _, rid in hits]
 
@@ -149,16 +161,9 @@ class Search(Session):
             "AND embedding IS NOT NULL ORDER BY (embedding <=> %(q)s) + 0, seq LIMIT %(k)s"
         )
 
-        def run(cur: psycopg.Cursor[Any]) -> list[Any]:
-            rows = cur.execute(indexed, params).fetchall()
-            if len(rows) < k:
-                rows = cur.execute(exact, params).fetchall()
-            return rows
-
-        rows = self._read(run)
+        rows = self._read(_index_walk_or_exact(indexed, exact, params, k))
         facts = from_rows(Kind.FACT, [row[:-1] for row in rows])
-        scores = [1.0 - d if d is not None and not math.isnan(d) else 0.0 for d in (row[-1] for row in rows)]
-        return [(f, float(np.float32(s))) for f, s in zip(facts, scores, strict=True)]
+        return [(f, float(np.float32(_similarity(row[-1])))) for f, row in zip(facts, rows, strict=True)]
 
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)
