@@ -8,6 +8,8 @@ slot twice, never a removed or an old vector.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -146,3 +148,32 @@ def test_a_store_folds_and_merges_in_the_background_and_answers_alike() -> None:
         )
     for text in ("alpha", "paris berlin", "omega e7", "gamma delta beta"):
         assert background.text_search(Kind.ENTITY, text, 9, scope) == inline.text_search(Kind.ENTITY, text, 9, scope)
+
+
+_EXIT_WHILE_FOLDING = """
+import sys
+from datetime import UTC, datetime
+import numpy as np
+from tkg.backends.memory import InMemoryStore
+from tkg.models import Entity
+from tkg.storage import WriteBatch
+store = InMemoryStore(dim=768)
+vectors = np.random.default_rng(0).standard_normal((8192, 768)).astype(np.float32)
+at = datetime(2025, 1, 1, tzinfo=UTC)
+for start in range(0, len(vectors), 256):
+    store.write(WriteBatch(puts=[
+        Entity(id=f"e{i}", group_id="g", name=f"e{i}", created_at=at, name_embedding=vectors[i])
+        for i in range(start, start + 256)
+    ]))
+sys.stdout.write("written")
+"""
+
+
+def test_a_process_that_ends_while_the_store_folds_exits_cleanly() -> None:
+    """A script that writes and ends at once leaves the background worker inside hnswlib's insert: the process
+    waits for it instead of aborting ("terminate called without an active exception", exit 134, as a daemon
+    worker did)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WHILE_FOLDING], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]

@@ -50,7 +50,9 @@ class Maintenance:
             self._kicked = True
             if self._thread is None and not self._failed:
                 self._idle.clear()
-                self._thread = threading.Thread(target=self._run, name="tkg-index-maintenance", daemon=True)
+                # Not a daemon: at exit the interpreter waits for the running task (milliseconds; the thread ends
+                # when nothing is due). A daemon thread stopped inside hnswlib's insert aborted the process.
+                self._thread = threading.Thread(target=self._run, name="tkg-index-maintenance")
                 self._thread.start()
 
     def wait(self, timeout: float | None = None) -> bool:
