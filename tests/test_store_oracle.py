@@ -257,10 +257,11 @@ def compare(store: Store, oracle: ReferenceStore, world: World) -> None:
                     ours, theirs = store.text_search(kind, query, k, scope), oracle.text_search(kind, query, k, scope)
                     same_hits(ours, theirs, f"bm25 {kind} {query!r} k={k} {what}")
     compare_neighbourhoods(store, oracle, world)
-    if isinstance(store, InMemoryStore):  # every neighbourhood read as a hot entity's is: from the columns
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(memory_store, "_FEW_FACTS", -1)
-            compare_neighbourhoods(store, oracle, world)
+    if isinstance(store, InMemoryStore):  # every neighbourhood read from the columns, then from the adjacency sets
+        for sparse in (10**9, 0):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(memory_store, "_SPARSE", sparse)
+                compare_neighbourhoods(store, oracle, world)
     for episode_id in sorted(world.episodes):
         assert store.episode_facts(episode_id) == oracle.episode_facts(episode_id)
         assert store.mentions(episode_ids=[episode_id]) == oracle.mentions(episode_ids=[episode_id])

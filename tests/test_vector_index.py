@@ -177,3 +177,29 @@ def test_a_process_that_ends_while_the_store_folds_exits_cleanly() -> None:
         [sys.executable, "-c", _EXIT_WHILE_FOLDING], capture_output=True, text=True, timeout=300, check=False
     )
     assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), density=st.floats(0.01, 1.0), k=st.integers(1, 20))
+def test_exact_scores_over_chunks_and_spans_equal_the_scores_of_each_row(seed: int, density: float, k: int) -> None:
+    """Exact search reads the rows of a slot subset either over the span they take in a chunk or gathered, from a
+    restored chunk and from chunks appended after it: every way gives each row's own cosine, bit for bit."""
+    rng = np.random.default_rng(seed)
+    restored = rng.standard_normal((300, DIM)).astype(np.float32)
+    index = VectorIndex(DIM, tail_limit=10**6)  # everything stays exact (tail)
+    index.restore(np.arange(300, dtype=np.int64), restored, None)
+    live = {slot: restored[slot] for slot in range(300)}
+    for slot in range(300, 400):
+        live[slot] = rng.standard_normal(DIM).astype(np.float32)
+        index.set(slot, live[slot])
+    for slot in rng.choice(400, 40, replace=False).tolist():  # a changed vector takes a new row
+        live[slot] = rng.standard_normal(DIM).astype(np.float32)
+        index.set(slot, live[slot])
+    mask = rng.random(400) < density
+    query = rng.standard_normal(DIM).astype(np.float32)
+    found = index.search(query, k, mask)
+    expected = exact(live, query, k, mask)
+    assert [s for s, _ in found] == [s for s, _ in expected]
+    slots = np.flatnonzero(mask)
+    rows = np.stack([live[s] for s in slots.tolist()]) if len(slots) else np.empty((0, DIM), np.float32)
+    assert np.array_equal(index._dots(slots, query), np.einsum("ij,j->i", rows, query))

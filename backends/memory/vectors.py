@@ -268,6 +268,32 @@ class VectorIndex:
             out[where] = self._chunks[chunk][rows[where]]
         return out
 
+    def _dots(self, slots: npt.NDArray[np.int64], query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The raw vectors of ``slots`` times ``query``, in order (one product per matrix chunk involved)."""
+        chunks = self._chunk_of.view()[slots]
+        rows = self._row_of.view()[slots]
+        if len(slots) == 0 or chunks.min() == chunks.max():
+            return self._chunk_dots(int(chunks[0]) if len(slots) else 0, rows, query)
+        out = np.empty(len(slots), dtype=np.float32)
+        for chunk in np.unique(chunks).tolist():
+            where = chunks == chunk
+            out[where] = self._chunk_dots(chunk, rows[where], query)
+        return out
+
+    def _chunk_dots(
+        self, chunk: int, rows: npt.NDArray[np.int32], query: npt.NDArray[np.float32]
+    ) -> npt.NDArray[np.float32]:
+        """Rows of one chunk times ``query``. When they fill at least half of the span they take, the product runs
+        over the span in place and is read at them (no gather: ~2x cheaper; each row's sum is computed alike, so
+        the values are equal either way)."""
+        if len(rows) == 0:
+            return np.empty(0, dtype=np.float32)
+        matrix = self._chunks[chunk]
+        low, high = int(rows.min()), int(rows.max()) + 1
+        if 2 * len(rows) >= high - low:
+            return np.einsum("ij,j->i", matrix[low:high], query)[rows - low]  # type: ignore[no-any-return]
+        return np.einsum("ij,j->i", matrix[rows], query)  # type: ignore[no-any-return]
+
     def _unit_rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         rows = self._rows(slots)
         rows *= self._scale.view()[slots][:, None]
@@ -549,7 +575,7 @@ class VectorIndex:
         for part in _chunks(slots):
             # einsum, not `@`: a matrix-vector product through multithreaded OpenBLAS is ~100x slower when another
             # process holds a core (its threads spin); einsum stays single-threaded and predictable.
-            scores = np.einsum("ij,j->i", self._rows(part), query) * scale[part]
+            scores = self._dots(part, query) * scale[part]
             best = _merge(best, top_k(part, scores.astype(np.float32), k), k)
         return best
 
