@@ -92,6 +92,39 @@ def test_automatic_compaction_runs_in_the_background_and_loses_nothing(tmp_path:
     assert facts_of(open_memory(path)) == {f"P{i} likes T{i % 7}" for i in range(60)}
 
 
+_EXIT_WHILE_COMPACTING = """
+import sys
+from tkg import HashEmbedder, Memory, MemoryConfig, RulesLLM
+from tkg.journal import JournalPolicy
+memory = Memory.open(
+    sys.argv[1], embedder=HashEmbedder(dim=768), llm=RulesLLM(), config=MemoryConfig(communities=None),
+    durability=JournalPolicy(sync="interval", compact_bytes=20_000_000),
+)
+for i in range(3000):  # the journal reaches 20 MB at the last ~100 episodes: a compaction starts
+    memory.add_episode(f"User: I LIKES thing{i}.", group_id="g")
+sys.stdout.write("written")
+"""
+
+
+def test_a_process_that_ends_mid_compaction_exits_cleanly_and_loses_nothing(tmp_path: Path) -> None:
+    """A script that ends without close() while a background compaction builds its replica: the process waits
+    for the compaction instead of aborting (exit 134, "terminate called without an active exception", 2 runs of
+    3 with a daemon compaction thread), and the files open with every episode."""
+    path = tmp_path / "m.tkg"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WHILE_COMPACTING, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
+    assert path.exists()  # the compaction finished: a snapshot
+    memory = Memory.open(path, embedder=HashEmbedder(dim=768), config=MemoryConfig(communities=None))
+    assert len(memory.records(Kind.EPISODE)) == 3000
+    memory.close()
+
+
 def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_reported(tmp_path: Path, caplog: Any) -> None:
     path = tmp_path / "m.tkg"
     memory = open_memory(path)

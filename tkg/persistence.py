@@ -235,7 +235,9 @@ class DurableFiles:
             finally:
                 self._compacting.release()
 
-        self._worker = threading.Thread(target=work, name="tkg-compact", daemon=True)
+        # Not a daemon: a process that ends mid-compaction waits for it (as close() does). A daemon thread stopped
+        # inside hnswlib (the replica's index build) aborted the process at exit, the files intact but exit 134.
+        self._worker = threading.Thread(target=work, name="tkg-compact")
         self._worker.start()
         return True
 
