@@ -61,9 +61,9 @@ _TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 # could, and p99.9 of add_episode at 100k facts rose from 21 to 68 ms).
 _FOLD_BATCH = 32
 # A neighbourhood of facts holding under 1/_SPARSE of the fact table's slots is read from the adjacency sets (Python,
-# ~0.4 us a fact); a larger one from the table's columns in one vectorised pass (~10 ns a slot, every slot).
-# Measured around a hot entity of 3,000 facts: the sets cost 1.2 ms a read, the columns 0.03 ms.
-_SPARSE = 32
+# ~0.4 us a fact); a larger one from the table's columns in one vectorised pass (2-5 ns a slot, every slot: 0.05 ms
+# at 10k slots, 2.4 ms at 1M). Around a hot entity of 3,000 facts the sets cost 1.2 ms a read.
+_SPARSE = 100
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
