@@ -10,7 +10,7 @@ from a pool three times the run, so a few repeat) through ``Memory.add_episode``
 (wall time minus the time inside the LLM double) of the last ``--block`` episodes before it: p50, p95, max.
 
     python benchmarks/bench_hot_entity.py --quick        # 200 and 400 facts (seconds)
-    python benchmarks/bench_hot_entity.py                # 1,000, 10,000 and 100,000 facts (~25 min)
+    python benchmarks/bench_hot_entity.py                # 1,000, 3,000, 10,000 and 100,000 facts (~25 min)
     python benchmarks/bench_hot_entity.py --sizes 1000,10000
     python benchmarks/bench_hot_entity.py --backends memory,postgres --postgres-sizes 1000,10000   # PostgreSQL too
 
@@ -144,7 +144,7 @@ def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200 and 400 episodes")
-    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated episode counts")
+    parser.add_argument("--sizes", default="1000,3000,10000,100000", help="comma-separated episode counts")
     parser.add_argument(
         "--postgres-sizes", default=None, help="episode counts on PostgreSQL (default: --sizes; its writes are slower)"
     )

@@ -258,41 +258,28 @@ class VectorIndex:
 
     def _rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The raw vectors of ``slots``, in order (one gather per chunk involved)."""
+        return self._by_chunk(slots, lambda matrix, rows: matrix[rows], (self.dim,))
+
+    def _dots(self, slots: npt.NDArray[np.int64], query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The raw vectors of ``slots`` times ``query``, in order (one product per chunk involved)."""
+        return self._by_chunk(slots, lambda matrix, rows: _span_dots(matrix, rows, query), ())
+
+    def _by_chunk(
+        self,
+        slots: npt.NDArray[np.int64],
+        read: Callable[[npt.NDArray[np.float32], npt.NDArray[np.int32]], npt.NDArray[np.float32]],
+        shape: tuple[int, ...],
+    ) -> npt.NDArray[np.float32]:
+        """``read(chunk matrix, rows)`` for the rows of ``slots`` in each chunk, put together in slot order."""
         chunks = self._chunk_of.view()[slots]
         rows = self._row_of.view()[slots]
         if len(slots) and chunks.min() == chunks.max():
-            return self._chunks[int(chunks[0])][rows]
-        out = np.empty((len(slots), self.dim), dtype=np.float32)
+            return read(self._chunks[int(chunks[0])], rows)
+        out = np.empty((len(slots), *shape), dtype=np.float32)
         for chunk in np.unique(chunks).tolist():
             where = chunks == chunk
-            out[where] = self._chunks[chunk][rows[where]]
+            out[where] = read(self._chunks[chunk], rows[where])
         return out
-
-    def _dots(self, slots: npt.NDArray[np.int64], query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The raw vectors of ``slots`` times ``query``, in order (one product per matrix chunk involved)."""
-        chunks = self._chunk_of.view()[slots]
-        rows = self._row_of.view()[slots]
-        if len(slots) == 0 or chunks.min() == chunks.max():
-            return self._chunk_dots(int(chunks[0]) if len(slots) else 0, rows, query)
-        out = np.empty(len(slots), dtype=np.float32)
-        for chunk in np.unique(chunks).tolist():
-            where = chunks == chunk
-            out[where] = self._chunk_dots(chunk, rows[where], query)
-        return out
-
-    def _chunk_dots(
-        self, chunk: int, rows: npt.NDArray[np.int32], query: npt.NDArray[np.float32]
-    ) -> npt.NDArray[np.float32]:
-        """Rows of one chunk times ``query``. When they fill at least half of the span they take, the product runs
-        over the span in place and is read at them (no gather: ~2x cheaper; each row's sum is computed alike, so
-        the values are equal either way)."""
-        if len(rows) == 0:
-            return np.empty(0, dtype=np.float32)
-        matrix = self._chunks[chunk]
-        low, high = int(rows.min()), int(rows.max()) + 1
-        if 2 * len(rows) >= high - low:
-            return np.einsum("ij,j->i", matrix[low:high], query)[rows - low]  # type: ignore[no-any-return]
-        return np.einsum("ij,j->i", matrix[rows], query)  # type: ignore[no-any-return]
 
     def _unit_rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         rows = self._rows(slots)
@@ -649,6 +636,18 @@ class Fold:
 
     def finish(self) -> None:
         self.index.finish_fold(self)
+
+
+def _span_dots(
+    matrix: npt.NDArray[np.float32], rows: npt.NDArray[np.int32], query: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """``matrix[rows] @ query``. When the rows fill at least half of the span they take, the product runs over the
+    span in place and is read at them (no gather: ~2x cheaper; each row's sum is computed alike, so the values
+    are equal either way)."""
+    low, high = int(rows.min()), int(rows.max()) + 1
+    if 2 * len(rows) >= high - low:
+        return np.einsum("ij,j->i", matrix[low:high], query)[rows - low]  # type: ignore[no-any-return]
+    return np.einsum("ij,j->i", matrix[rows], query)  # type: ignore[no-any-return]
 
 
 def _chunks(slots: npt.NDArray[np.int64]) -> Iterator[npt.NDArray[np.int64]]:
