@@ -7,7 +7,9 @@ then ``--episodes`` episodes go through ``Memory.add_episode`` (scripted LLM, ha
 in a tail that is folded into the HNSW graph in batches, and fresh BM25 documents in a tail merged by a rebuild of
 the whole text index; done on the writer's path, those folds are the slow calls. The run is made twice, each in
 its own process: ``inline`` (``InMemoryStore(background=False)``: every fold on the writer that fills a tail) and
-``background`` (the default: a worker thread folds, the writer never waits for more than one small HNSW insert).
+``background`` (the default: a worker thread folds, the writer never waits for more than one small HNSW insert),
+then ``background-frozen``: the default store in a process that calls ``gc.freeze()`` once the base graph is
+loaded (a host's choice, see the README: the collector stops scanning the objects alive then).
 Calls during which Python ran a full garbage collection (it stops every thread for a time that grows with the
 objects alive) are also counted apart.
 Engine time = wall time of add_episode minus the time inside the LLM double and the embedder.
@@ -43,7 +45,7 @@ from tkg.backends.memory import InMemoryStore
 
 ROOT = Path(__file__).resolve().parent
 LIMIT_MS = 50.0
-MODES = ("inline", "background")
+MODES = ("inline", "background", "background-frozen")
 
 
 def measure(mode: str, n_facts: int, episodes: int) -> dict[str, Any]:
@@ -56,6 +58,8 @@ def measure(mode: str, n_facts: int, episodes: int) -> dict[str, Any]:
     store.load(records)
     records.clear()
     gc.collect()
+    if mode.endswith("-frozen"):
+        gc.freeze()  # every object alive now (the loaded memory) leaves the collector's generations
     pauses: list[tuple[float, float]] = []  # (start, end) of each full (generation 2) collection
     started: list[float] = []
 
@@ -141,7 +145,8 @@ def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "rows": [[label, *[r[key] for r in rows]] for label, key in metrics],
         "notes": [
             "inline: InMemoryStore(background=False), HNSW folds and BM25 rebuilds on the writer that fills a tail; "
-            "background: the default, a worker thread folds 32 vectors at a time and rebuilds BM25 from a snapshot",
+            "background: the default, a worker thread folds 32 vectors at a time and rebuilds BM25 from a snapshot; "
+            "background-frozen: the same, in a process that calls gc.freeze() after loading the base graph",
             "engine time = wall time of add_episode minus the LLM double and the embedder; each mode in its own "
             "process, same records and episodes",
             "a full (generation 2) garbage collection stops every thread for a time that grows with the objects "
