@@ -154,18 +154,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, help="an earlier run's JSON, shown beside this one")
     parser.add_argument("--reuse", type=Path, help="take the measurements from this run's JSON instead of running")
     args = parser.parse_args(argv)
-    sizes = [200, 400] if args.quick else sorted({int(s) for s in args.sizes.split(",") if s.strip()})
-    if not sizes or sizes[0] < 1 or args.block < 1:
-        parser.error("--sizes takes positive integers; --block must be at least 1")
+
+    def counts(text: str) -> list[int]:
+        return sorted({int(s) for s in text.split(",") if s.strip()})
+
+    sizes = [200, 400] if args.quick else counts(args.sizes)
+    sizes_of = {
+        "memory": sizes,
+        "postgres": counts(args.postgres_sizes) if args.postgres_sizes and not args.quick else sizes,
+    }
+    if any(not s or s[0] < 1 for s in sizes_of.values()) or args.block < 1:
+        parser.error("--sizes and --postgres-sizes take positive integers; --block must be at least 1")
     started = time.perf_counter()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     info = bench_core.machine()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or set(backends) - {"memory", "postgres"}:
         parser.error("--backends takes memory and/or postgres")
-    sizes_of = {"memory": sizes, "postgres": sizes}
-    if args.postgres_sizes and not args.quick:
-        sizes_of["postgres"] = sorted({int(s) for s in args.postgres_sizes.split(",") if s.strip()})
     before = None
     if args.before:
         before = json.loads(args.before.read_text())

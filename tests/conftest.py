@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -21,6 +23,15 @@ from tkg.backends.reference import ReferenceStore
 from tkg.storage import Store
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def run_script_to_the_end(script: str, *args: str) -> None:
+    """Run ``script`` in a fresh Python process that must end on its own: exit 0, having written ``written``
+    (a process aborted at exit -- "terminate called without an active exception", exit 134 -- fails)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
 
 
 def _memory_store(dim: int) -> Store:

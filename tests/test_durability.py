@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_script_to_the_end
 
 from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg import snapshot as snapshot_module
@@ -111,14 +112,7 @@ def test_a_process_that_ends_mid_compaction_exits_cleanly_and_loses_nothing(tmp_
     for the compaction instead of aborting (exit 134, "terminate called without an active exception", 2 runs of
     3 with a daemon compaction thread), and the files open with every episode."""
     path = tmp_path / "m.tkg"
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_WHILE_COMPACTING, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
+    run_script_to_the_end(_EXIT_WHILE_COMPACTING, str(path))
     assert path.exists()  # the compaction finished: a snapshot
     memory = Memory.open(path, embedder=HashEmbedder(dim=768), config=MemoryConfig(communities=None))
     assert len(memory.records(Kind.EPISODE)) == 3000

@@ -8,12 +8,10 @@ slot twice, never a removed or an old vector.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 
 import numpy as np
-from conftest import T0
+from conftest import T0, run_script_to_the_end
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -173,10 +171,7 @@ def test_a_process_that_ends_while_the_store_folds_exits_cleanly() -> None:
     """A script that writes and ends at once leaves the background worker inside hnswlib's insert: the process
     waits for it instead of aborting ("terminate called without an active exception", exit 134, as a daemon
     worker did)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_WHILE_FOLDING], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
+    run_script_to_the_end(_EXIT_WHILE_FOLDING)
 
 
 @settings(max_examples=60, deadline=None)
