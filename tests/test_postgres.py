@@ -300,6 +300,50 @@ def test_a_version_2_schema_gets_bm25_postings_of_its_records_on_upgrade(
                 assert [(h.id, h.score) for h in ours] == [(h.id, h.score) for h in theirs], query
 
 
+def test_a_version_4_schema_gets_its_verdicts_indexed_on_upgrade(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 5 reads the facts judging a fact from a table of (named fact, judging fact): opening a version 4
+    schema fills it from the facts stored, and facts_judging then answers as the reference store does."""
+    from tkg.backends.postgres.records import row_values, upsert_statement
+    from tkg.backends.reference import ReferenceStore
+    from tkg.models import Verdict
+
+    schema = new_postgres_schema()
+    with monkeypatch.context() as patch:
+        patch.setattr(pg_schema, "SCHEMA_VERSION", 4)
+        PostgresStore(server.dsn, dim=DIM, schema=schema).close()
+    rng = np.random.default_rng(11)
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"Person {i}", created_at=T0) for i in range(6)]
+    facts: list[Fact] = []
+    for i in range(80):
+        named = rng.choice([f.id for f in facts] + ["gone"], size=min(len(facts) + 1, 3), replace=False)
+        facts.append(
+            Fact(
+                id=f"f{i}",
+                group_id="g",
+                source_id=f"e{rng.integers(6)}",
+                target_id=f"e{rng.integers(6)}",
+                relation="KNOWS",
+                fact=f"fact {i}",
+                created_at=T0,
+                verdicts={str(n): list(Verdict)[int(rng.integers(3))] for n in named[: int(rng.integers(0, 4))]},
+            )
+        )
+    with admin(server) as conn:  # rows as tkg with schema 4 wrote them
+        for record in [*entities, *facts]:
+            conn.execute(pg_schema.render(upsert_statement(record.kind), schema), row_values(record, DIM))
+    oracle = ReferenceStore(dim=DIM)
+    oracle.write(WriteBatch(puts=[*entities, *facts]))
+    assert sum(bool(f.verdicts) for f in facts) > 40
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+        for n in range(0, 80, 7):
+            named = [f"f{n}", f"f{n + 3}", "gone"]
+            for ends in (["e0"], ["e1", "e2"], [f"e{i}" for i in range(6)]):
+                assert upgraded.facts_judging(named, ends) == oracle.facts_judging(named, ends), (named, ends)
+        assert upgraded.facts_judging(["gone"], ["e0", "e3"])  # a named fact need not exist
+
+
 def test_bm25_with_common_and_rare_terms_is_exact(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
     """A query mixing common and rare terms first scores the documents holding a rare term, and keeps that answer
     only when no document holding common terms alone could beat its k-th score: either way, the reference's

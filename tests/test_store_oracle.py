@@ -177,8 +177,14 @@ class World:
             elif choice == "replace" and self.facts:
                 old = self.facts[self.draw(st.sampled_from(sorted(self.facts)))]
                 end = self.draw(st.integers(0, 40))
+                # A replace may also change which facts the verdicts name (the stores' reverse indexes follow).
+                judged = self.draw(st.lists(st.sampled_from(sorted(self.facts)), max_size=2, unique=True))
+                verdicts = {other: self.draw(st.sampled_from(list(Verdict))) for other in judged}
                 changed = dataclasses.replace(
-                    old, invalid_at=None if old.valid_at is None else max(old.valid_at, day(end)), expired_at=day(35)
+                    old,
+                    invalid_at=None if old.valid_at is None else max(old.valid_at, day(end)),
+                    expired_at=day(35),
+                    verdicts=self.draw(st.sampled_from([old.verdicts, verdicts])),
                 )
                 self.facts[old.id] = changed
                 puts.append(changed)

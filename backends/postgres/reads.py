@@ -92,8 +92,8 @@ class Reads(Session):
         rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
         return from_rows(Kind.FACT, rows)
 
-    # The neighbourhood of a new fact: each read one statement on the (end, relation) and pair indexes and the
-    # verdicts' GIN index (schema 4), never every fact of a hot entity.
+    # The neighbourhood of a new fact: each read one statement on the (end, relation) and pair indexes (schema 4)
+    # and the verdicts table (schema 5), never every fact of a hot entity.
     def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         if not pairs:
             return []
@@ -115,7 +115,8 @@ class Reads(Session):
             return []
         params: dict[str, Any] = {"named": list(fact_ids), "ids": list(entity_ids)}
         statement = self._q(
-            f"{select(Kind.FACT)} WHERE verdicts::jsonb ?| %(named)s::text[] "
+            f"{select(Kind.FACT)} WHERE seq IN "
+            "(SELECT seq FROM {s}.fact_verdicts WHERE named = ANY(%(named)s::text[])) "
             "AND (source_id = ANY(%(ids)s::text[]) OR target_id = ANY(%(ids)s::text[])) ORDER BY seq"
         )
         return from_rows(Kind.FACT, self._read(lambda cur: cur.execute(statement, params).fetchall()))

@@ -11,7 +11,7 @@ import psycopg
 
 from tkg.errors import BackendError
 from tkg.integrity import check_write
-from tkg.models import Kind, Record
+from tkg.models import Fact, Kind, Record
 from tkg.storage import WriteBatch
 
 from .records import TEXT_KINDS, Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
@@ -64,19 +64,46 @@ class Writes(Session):
                     delta[(kind.value, group)] -= 1
                 for item in items.values():
                     delta[(kind.value, item.record.group_id)] += 1
-                if kind in TEXT_KINDS and existing:
-                    drop_postings(cur, self._q, kind, [key[0] for key in items], text)
+                if existing:
+                    self._drop_derived(cur, kind, [key[0] for key in items], text)
                 self._upsert(cur, kind, list(items.values()))
-                if kind in TEXT_KINDS:
-                    add_postings(cur, self._q, kind, [item.record for item in items.values()], text)
+                self._add_derived(cur, kind, [item.record for item in items.values()], text)
         deleted = keys_of(deletes)
         for kind, keys in deleted.items():
-            if kind in TEXT_KINDS:
-                drop_postings(cur, self._q, kind, [key[0] for key in keys], text)
+            self._drop_derived(cur, kind, [key[0] for key in keys], text)
             for (group,) in self._delete(cur, kind, keys):
                 delta[(kind.value, group)] -= 1
         apply_df(cur, self._q, text)
         self._count(cur, delta, text.tokens)
+
+    # Rows derived from a record and kept beside it in the same transaction: the BM25 postings of a text record
+    # (.terms), and a fact's verdicts as (named fact, seq) rows, from which facts_judging reads.
+    def _drop_derived(self, cur: psycopg.Cursor[Any], kind: Kind, ids: list[str], text: Delta) -> None:
+        """Remove what was derived from the stored records ``ids`` (before their rows change or go)."""
+        if kind in TEXT_KINDS:
+            drop_postings(cur, self._q, kind, ids, text)
+        if kind is Kind.FACT:
+            cur.execute(
+                self._q(
+                    "DELETE FROM {s}.fact_verdicts v USING {s}.facts r WHERE r.id = ANY(%s::text[]) AND v.seq = r.seq"
+                ),
+                [ids],
+            )
+
+    def _add_derived(self, cur: psycopg.Cursor[Any], kind: Kind, records: list[Record], text: Delta) -> None:
+        """Derive the rows of ``records``, already written (their rows carry their seq)."""
+        if kind in TEXT_KINDS:
+            add_postings(cur, self._q, kind, records, text)
+        if kind is Kind.FACT:
+            judged = [(r.id, named) for r in records if isinstance(r, Fact) for named in r.verdicts]
+            if judged:
+                cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.fact_verdicts (named, seq) SELECT u.named, r.seq "
+                        "FROM unnest(%s::text[], %s::text[]) AS u(id, named) JOIN {s}.facts r ON r.id = u.id"
+                    ),
+                    [[j[0] for j in judged], [j[1] for j in judged]],
+                )
 
     def _upsert(self, cur: psycopg.Cursor[Any], kind: Kind, items: list[Prepared]) -> None:
         cur.executemany(self._q(upsert_statement(kind)), [p.values for p in items])
