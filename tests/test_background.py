@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_script_to_the_end
 
 from tkg import (
     BackendError,
@@ -351,6 +352,51 @@ def test_close_without_drain_persists_the_queue_and_resume_finishes_it(tmp_path:
         assert [resumed.status(i).state for i in [*ids, other]] == ["done"] * (len(ids) + 1)
     assert loaded.queued_episodes() == []
     assert graph(loaded) == graph(sequential)
+
+
+_EXIT_WITH_WORK_QUEUED = """
+import sys, threading, time
+from tkg import BackgroundIngestor, HashEmbedder, Memory, MemoryConfig, RulesLLM
+
+running = threading.Event()
+
+class SlowLLM(RulesLLM):  # each extraction takes half a second
+    def generate(self, prompt, response_model):
+        if prompt.name == "extract_graph":
+            running.set()
+            time.sleep(0.5)
+        return super().generate(prompt, response_model)
+
+memory = Memory.open(sys.argv[1], embedder=HashEmbedder(dim=64), llm=SlowLLM(), config=MemoryConfig(communities=None))
+ingestor = BackgroundIngestor(memory, workers=1)
+for i in range(20):
+    ingestor.submit(f"Ann: I LIVES_IN City{i}.", group_id="g", episode_id=f"ep{i:02d}")
+running.wait(30)
+sys.stdout.write("written")
+"""
+
+
+def test_a_program_that_ends_without_closing_finishes_the_running_episode_and_keeps_the_queue(
+    tmp_path: Path,
+) -> None:
+    """A script that submits and ends without close(): its process exits by itself (the workers are not daemon
+    threads, which could abort the process at exit inside native code) once the running episode is done, as
+    close(drain=False) would, not after the whole queue. The episode that was running is extracted, not cut off
+    half-way; the rest stays queued in the saved memory, and resume() finishes it."""
+    path = tmp_path / "m.tkg"
+    started = time.monotonic()
+    run_script_to_the_end(_EXIT_WITH_WORK_QUEUED, str(path))
+    assert time.monotonic() - started < 8  # 20 episodes take 10 s: the process did not drain the queue
+    memory = Memory.open(path, embedder=HashEmbedder(dim=64), llm=RulesLLM(), config=MemoryConfig(communities=None))
+    statuses = {e.id: e.status for e in memory.records(Kind.EPISODE)}  # type: ignore[attr-defined]
+    assert statuses["ep00"] is not EpisodeStatus.QUEUED  # a daemon worker was cut off inside it
+    assert len(statuses) == 20 and list(statuses.values()).count(EpisodeStatus.QUEUED) >= 15
+    with BackgroundIngestor(memory, workers=1, resume=True) as resumed:
+        resumed.wait_all(timeout=WAIT)
+    assert memory.queued_episodes() == []
+    facts = memory.records(Kind.FACT)  # type: ignore[attr-defined]
+    assert sorted(f.fact for f in facts) == sorted(f"Ann lives in City{i}" for i in range(20))
+    memory.close()
 
 
 def test_resume_orders_each_group_by_reference_time() -> None:

@@ -54,6 +54,7 @@ __all__ = ["BackgroundIngestor", "IngestionStatus", "State"]
 
 State = Literal["queued", "running", "done", "failed"]
 _FINISHED = frozenset({"done", "failed"})
+_EXIT_POLL = 0.2  # seconds between an idle worker's checks that the program's main thread still runs
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,9 @@ class BackgroundIngestor:
     the memory, without its result.
 
     Use it as a context manager, or call :meth:`close`: leaving the ``with`` block normally drains the queue;
-    leaving it with an exception stops after the running work (the rest stays queued in the memory).
+    leaving it with an exception stops after the running work (the rest stays queued in the memory). When the
+    program's main thread ends without a close, the workers stop likewise after the running work (they notice
+    within ``_EXIT_POLL`` seconds) and the process exits.
     """
 
     def __init__(
@@ -136,9 +139,11 @@ class BackgroundIngestor:
         self._watchers: dict[str, list[Future[IngestionStatus]]] = {}
         self._accepting = True
         self._stopping = False
-        self._threads = [
-            threading.Thread(target=self._work, name=f"tkg-ingest-{i}", daemon=True) for i in range(workers)
-        ]
+        # Not daemon threads: a daemon worker cut off at exit inside a native library (hnswlib) aborts the process
+        # ("terminate called without an active exception"). When the program's main thread ends without a
+        # close(), the workers finish the episodes they are running and stop (see _work).
+        self._threads = [threading.Thread(target=self._work, name=f"tkg-ingest-{i}") for i in range(workers)]
+        self._live = workers  # workers that have not stopped
         for thread in self._threads:
             thread.start()
         if resume:
@@ -277,12 +282,21 @@ class BackgroundIngestor:
     # ------------------------------------------------------------------------------------------------------
     # the workers
     def _work(self) -> None:
+        main = threading.main_thread()
         while True:
             with self._cond:
-                while not self._ready and not self._stopping:
-                    self._cond.wait()
+                while not self._ready and not self._stopping and main.is_alive():
+                    self._cond.wait(_EXIT_POLL)
+                if not main.is_alive() and not self._stopping:
+                    # The program is ending without close(): as close(drain=False), what waits stays queued in the
+                    # memory (a saved memory resumes it), and the process exits once the running episodes are done.
+                    self._accepting = False
+                    self._stopping = True
+                    self._cond.notify_all()
                 if self._stopping:
-                    return
+                    self._live -= 1
+                    last = not self._live
+                    break
                 group = self._ready.popleft()
                 line = self._waiting[group]
                 episode_id = line.popleft()
@@ -303,6 +317,8 @@ class BackgroundIngestor:
                 self._cond.notify_all()
             for future in watchers:
                 _resolve(future, status)
+        if last:  # every episode that ran is settled: fail the waits on what stays queued
+            self._fail_watchers()
 
     def _process(self, episode_id: str) -> IngestionStatus:
         try:
@@ -419,13 +435,18 @@ class BackgroundIngestor:
         with self._cond:
             self._accepting = False
             if drain and not self._stopping:
-                self._cond.wait_for(lambda: not (self._queued + self._running + len(self._reserved)))
+                # (or until the workers stop on their own: the program's main thread ended, see _work)
+                self._cond.wait_for(lambda: self._stopping or not (self._queued + self._running + len(self._reserved)))
             self._stopping = True
             self._cond.notify_all()
         current = threading.current_thread()
         for thread in self._threads:
             if thread is not current:
                 thread.join()
+        self._fail_watchers()
+
+    def _fail_watchers(self) -> None:
+        """Fail the futures still waiting for an episode (the ingestor stopped with it queued)."""
         with self._cond:
             left = {i: self._watchers.pop(i) for i in list(self._watchers)}
         for episode_id, futures in left.items():
