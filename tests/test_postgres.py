@@ -473,6 +473,39 @@ def test_database_without_the_vector_extension(server: EmbeddedPostgres) -> None
         conn.execute("DROP EXTENSION IF EXISTS vector")
 
 
+def test_vectors_stay_in_their_rows(server: EmbeddedPostgres) -> None:
+    """A 768-d vector (3 kB) makes a row pass PostgreSQL's 2 kB TOAST threshold; the schema keeps such a row whole
+    (nothing of it in the TOAST table), so a scan reads one page per row, not the row and two of the TOAST's."""
+    schema = new_postgres_schema()
+    with PostgresStore(server.dsn, dim=768, schema=schema) as store:
+        emb = HashEmbedder(dim=768)
+        people = [
+            Entity(id=f"e{i}", group_id="g", name=f"P{i}", created_at=T0, name_embedding=emb.embed([f"P{i}"])[0])
+            for i in range(2)
+        ]
+        facts = [
+            Fact(
+                id=f"f{i}",
+                group_id="g",
+                source_id="e0",
+                target_id="e1",
+                relation="KNOWS",
+                fact=f"P0 knows P1 {i}",
+                created_at=T0,
+                embedding=emb.embed([f"P0 knows P1 {i}"])[0],
+            )
+            for i in range(40)
+        ]
+        store.write(WriteBatch(puts=[*people, *facts]))
+        assert store.get(Kind.FACT, ["f7"]) == [facts[7]]
+    with admin(server) as conn:
+        for table in ("facts", "entities"):
+            toast = conn.execute(
+                f"SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = '\"{schema}\".{table}'::regclass"
+            ).fetchone()
+            assert toast == (0,), table
+
+
 def test_values_postgresql_cannot_hold_are_refused_before_writing(store: PostgresStore) -> None:
     ok = Entity(id="e1", group_id="g", name="Ann", created_at=T0)
     with pytest.raises(ValidationError, match="NUL"):
