@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,13 @@ def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
         return run(sizes, block, store=store)
 
 
+def run_apart(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
+    """:func:`run_on` in a fresh process: a backend measured after another in one process ran ~1.7x slower
+    (PostgreSQL at 1,000 facts: p50 53.8 ms after the in-memory run to 100,000 facts, 30.7 ms on its own)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(run_on, backend, sizes, block).result()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200 and 400 episodes")
@@ -180,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         header = {k: measured[k] for k in ("bench", "command", "machine", "args", "started", "seconds")}
         by_backend = measured["results"]
     else:
-        by_backend = {backend: run_on(backend, sizes_of[backend], args.block) for backend in backends}
+        by_backend = {backend: run_apart(backend, sizes_of[backend], args.block) for backend in backends}
         header = render.header("hot_entity", args, info, started_at, started)
     payload = {**header, **contract(by_backend, before), "results": by_backend}
     render.write_result(args.out, payload)
