@@ -144,8 +144,8 @@ def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
 
 
 def run_apart(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
-    """:func:`run_on` in a fresh process: a backend measured after another in one process ran ~1.7x slower
-    (PostgreSQL at 1,000 facts: p50 53.8 ms after the in-memory run to 100,000 facts, 30.7 ms on its own)."""
+    """:func:`run_on` in a fresh process, so that no backend is measured in a process another one has used (the
+    in-memory run to 100,000 facts leaves a large heap behind)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(run_on, backend, sizes, block).result()
 
