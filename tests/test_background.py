@@ -384,12 +384,11 @@ def test_a_program_that_ends_without_closing_finishes_the_running_episode_and_ke
     close(drain=False) would, not after the whole queue. The episode that was running is extracted, not cut off
     half-way; the rest stays queued in the saved memory, and resume() finishes it."""
     path = tmp_path / "m.tkg"
-    started = time.monotonic()
     run_script_to_the_end(_EXIT_WITH_WORK_QUEUED, str(path))
-    assert time.monotonic() - started < 8  # 20 episodes take 10 s: the process did not drain the queue
     memory = Memory.open(path, embedder=HashEmbedder(dim=64), llm=RulesLLM(), config=MemoryConfig(communities=None))
     statuses = {e.id: e.status for e in memory.records(Kind.EPISODE)}  # type: ignore[attr-defined]
     assert statuses["ep00"] is not EpisodeStatus.QUEUED  # a daemon worker was cut off inside it
+    # the process did not drain the queue (20 episodes of half a second each) before it ended
     assert len(statuses) == 20 and list(statuses.values()).count(EpisodeStatus.QUEUED) >= 15
     with BackgroundIngestor(memory, workers=1, resume=True) as resumed:
         resumed.wait_all(timeout=WAIT)
