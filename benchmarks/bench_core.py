@@ -28,6 +28,7 @@ import functools
 import gc
 import io
 import json
+import multiprocessing
 import os
 import platform
 import pstats
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -508,6 +510,13 @@ def query_texts(rng: random.Random, vocab: Vocabulary, count: int) -> list[str]:
             )
         )
     return out
+
+
+def in_fresh_process(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a new Python process (spawned, not forked), so that what one measurement leaves behind --
+    a large heap, threads, caches -- never weighs on the next, and resident memory is that measurement's own."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def summarise(values_s: Sequence[float]) -> dict[str, float]:

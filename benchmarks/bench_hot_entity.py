@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import random
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -143,13 +141,6 @@ def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
         return run(sizes, block, store=store)
 
 
-def run_apart(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
-    """:func:`run_on` in a fresh process, so that no backend is measured in a process another one has used (the
-    in-memory run to 100,000 facts leaves a large heap behind)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(run_on, backend, sizes, block).result()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200 and 400 episodes")
@@ -189,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         header = {k: measured[k] for k in ("bench", "command", "machine", "args", "started", "seconds")}
         by_backend = measured["results"]
     else:
-        by_backend = {backend: run_apart(backend, sizes_of[backend], args.block) for backend in backends}
+        # each backend in a fresh process: none is measured in a process another one has used
+        by_backend = {b: bench_core.in_fresh_process(run_on, b, sizes_of[b], args.block) for b in backends}
         header = render.header("hot_entity", args, info, started_at, started)
     payload = {**header, **contract(by_backend, before), "results": by_backend}
     render.write_result(args.out, payload)

@@ -26,12 +26,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import multiprocessing
 import random
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -124,11 +122,10 @@ def measure(
 
 def bench_size(n_facts: int, args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     result: dict[str, Any] = {"facts": n_facts}
-    context = multiprocessing.get_context("spawn")
     for backend in BACKENDS:
-        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            future = pool.submit(measure, backend, n_facts, args.episodes, args.queries, args.warmup, dsn, args.drop)
-            result[backend] = future.result()
+        result[backend] = core.in_fresh_process(
+            measure, backend, n_facts, args.episodes, args.queries, args.warmup, dsn, args.drop
+        )
         b = result[backend]
         print(f"    {backend}: load {b['load_s']:.1f} s, client RSS {b['rss_mb']['store']:,.0f} MB", flush=True)
     return result

@@ -5,11 +5,12 @@ the writer's path and off it, side by side.
 The base graph of ``bench_core.py`` (same records, same seed) at N facts is bulk-loaded into an ``InMemoryStore``,
 then ``--episodes`` episodes go through ``Memory.add_episode`` (scripted LLM, hash embedder). Fresh vectors wait
 in a tail that is folded into the HNSW graph in batches, and fresh BM25 documents in a tail merged by a rebuild of
-the whole text index; done on the writer's path, those folds are the slow calls. The run is made twice, each in
-its own process: ``inline`` (``InMemoryStore(background=False)``: every fold on the writer that fills a tail) and
+the whole text index; done on the writer's path, those folds are the slow calls. The run is made three times, each
+in its own process: ``inline`` (``InMemoryStore(background=False)``: every fold on the writer that fills a tail) and
 ``background`` (the default: a worker thread folds, the writer never waits for more than one small HNSW insert),
 then ``background-frozen``: the default store in a process that calls ``gc.freeze()`` once the base graph is
-loaded (a host's choice, see the README: the collector stops scanning the objects alive then).
+loaded (a host's choice: the collector stops scanning the objects alive then; benchmarks/README.md says what it
+did).
 Calls during which Python ran a full garbage collection (it stops every thread for a time that grows with the
 objects alive) are also counted apart.
 Engine time = wall time of add_episode minus the time inside the LLM double and the embedder.
@@ -27,7 +28,6 @@ import gc
 import random
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -176,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for mode in MODES:  # one after the other: each has both cores (the worker uses the second)
         print(f"-- {mode}: {args.facts:,} facts, {args.episodes:,} episodes", flush=True)
-        with ProcessPoolExecutor(1) as pool:
-            row = pool.submit(measure, mode, args.facts, args.episodes).result()
+        row = core.in_fresh_process(measure, mode, args.facts, args.episodes)
         print(
             f"   p50 {row['p50_ms']:.2f}  p99.9 {row['p999_ms']:.1f}  max {row['max_ms']:.1f} ms, "
             f"{row['over_limit']} over {LIMIT_MS:.0f} ms; {row['full_gcs']} full GCs (max "

@@ -257,18 +257,31 @@ def test_migrations_run_once_in_order(server: EmbeddedPostgres, monkeypatch: pyt
         )
 
 
+def schema_at(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, version: int) -> str:
+    """A new tkg schema as a tkg writing schema ``version`` created it."""
+    schema = new_postgres_schema()
+    with monkeypatch.context() as patch:
+        patch.setattr(pg_schema, "SCHEMA_VERSION", version)
+        PostgresStore(server.dsn, dim=DIM, schema=schema).close()
+    return schema
+
+
+def put_rows(conn: psycopg.Connection[Any], schema: str, records: list[Record]) -> None:
+    """The records' rows alone, as an older tkg wrote them (nothing a later schema derives from them)."""
+    from tkg.backends.postgres.records import row_values, upsert_statement
+
+    for record in records:
+        conn.execute(pg_schema.render(upsert_statement(record.kind), schema), row_values(record, DIM))
+
+
 def test_a_version_2_schema_gets_bm25_postings_of_its_records_on_upgrade(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Schema 3 replaced tsvector by BM25 postings: opening a version 2 schema indexes the records it holds, and
     its full-text search then answers exactly as the reference store does over the same records."""
-    from tkg.backends.postgres.records import row_values, upsert_statement
     from tkg.backends.reference import ReferenceStore
 
-    schema = new_postgres_schema()
-    with monkeypatch.context() as patch:
-        patch.setattr(pg_schema, "SCHEMA_VERSION", 2)
-        PostgresStore(server.dsn, dim=DIM, schema=schema).close()
+    schema = schema_at(server, monkeypatch, 2)
     words = ["coffee", "tea", "Paris", "Berlin", "works", "lives", "the", "and"]
     rng = np.random.default_rng(3)
     entities = [
@@ -283,8 +296,7 @@ def test_a_version_2_schema_gets_bm25_postings_of_its_records_on_upgrade(
     ]
     with admin(server) as conn:  # rows as tkg 0.1 with schema 2 wrote them
         conn.execute(pg_schema.render("ALTER TABLE {s}.entities ALTER COLUMN tsv SET DEFAULT ''", schema))
-        for entity in entities:
-            conn.execute(pg_schema.render(upsert_statement(Kind.ENTITY), schema), row_values(entity, DIM))
+        put_rows(conn, schema, entities)
         conn.execute(pg_schema.render("INSERT INTO {s}.counts VALUES ('entity', 'g', 30), ('entity', 'h', 30)", schema))
     oracle = ReferenceStore(dim=DIM)
     oracle.write(WriteBatch(puts=entities))
@@ -305,14 +317,10 @@ def test_a_version_4_schema_gets_its_verdicts_indexed_on_upgrade(
 ) -> None:
     """Schema 5 reads the facts judging a fact from a table of (named fact, judging fact): opening a version 4
     schema fills it from the facts stored, and facts_judging then answers as the reference store does."""
-    from tkg.backends.postgres.records import row_values, upsert_statement
     from tkg.backends.reference import ReferenceStore
     from tkg.models import Verdict
 
-    schema = new_postgres_schema()
-    with monkeypatch.context() as patch:
-        patch.setattr(pg_schema, "SCHEMA_VERSION", 4)
-        PostgresStore(server.dsn, dim=DIM, schema=schema).close()
+    schema = schema_at(server, monkeypatch, 4)
     rng = np.random.default_rng(11)
     entities = [Entity(id=f"e{i}", group_id="g", name=f"Person {i}", created_at=T0) for i in range(6)]
     facts: list[Fact] = []
@@ -331,8 +339,7 @@ def test_a_version_4_schema_gets_its_verdicts_indexed_on_upgrade(
             )
         )
     with admin(server) as conn:  # rows as tkg with schema 4 wrote them
-        for record in [*entities, *facts]:
-            conn.execute(pg_schema.render(upsert_statement(record.kind), schema), row_values(record, DIM))
+        put_rows(conn, schema, [*entities, *facts])
     oracle = ReferenceStore(dim=DIM)
     oracle.write(WriteBatch(puts=[*entities, *facts]))
     assert sum(bool(f.verdicts) for f in facts) > 40
