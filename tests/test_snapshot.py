@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tkg import FactInput, FixedClock, HashEmbedder, Memory, ScriptedLLM
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import ConfigurationError, SnapshotError, SnapshotFormatError, SnapshotVersionError
-from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention
+from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Verdict
 from tkg.snapshot import MAGIC, open_snapshot, read, read_meta, save
 from tkg.storage import WriteBatch
 
@@ -93,6 +93,7 @@ def graphs(draw):
                 episodes=tuple(e.id for e in episodes if e.group_id == groups[a % 2]),
                 attributes=draw(attributes),
                 embedding=EMB.embed([text])[0],
+                verdicts={f"f{j}": draw(st.sampled_from(list(Verdict))) for j in range(i) if draw(st.booleans())},
             )
         )
     mentions = [
@@ -121,6 +122,9 @@ def test_any_graph_survives_a_round_trip_exactly(tmp_path, records):
     assert meta == {"dim": 16}
     for kind in Kind:
         assert list(restored.scan(kind)) == list(store.scan(kind)), kind
+    # Verdicts come back as Verdict members, not as their text (equal to it): code compares them by identity,
+    # and a loaded "compatible" taken for a link made every fact of a hot entity one statement component.
+    assert all(type(v) is Verdict for fact in restored.scan(Kind.FACT) for v in fact.verdicts.values())
 
 
 def _memory(clock_start: str = "2024-05-01T00:00:00Z", store: InMemoryStore | None = None) -> Memory:

@@ -136,6 +136,24 @@ def _enum_of(cls: type, name: str) -> type[enum.Enum] | None:
     return found if isinstance(found, type) and issubclass(found, enum.Enum) else None
 
 
+def _map_members(cls: type, name: str) -> dict[str, enum.Enum] | None:
+    """For a map field whose values are an enum of the models (a fact's verdicts), the members by value."""
+    annotation = str(next(f.type for f in dataclasses.fields(cls) if f.name == name)).replace(" ", "")
+    found = getattr(models, annotation.rstrip("]").rpartition(",")[2], None)
+    if isinstance(found, type) and issubclass(found, enum.Enum):
+        return {m.value: m for m in found}
+    return None
+
+
+def _enum_map(value: Any, members: Mapping[str, enum.Enum], name: str) -> dict[str, enum.Enum]:
+    """A stored map of enum values as the record holds it: the members themselves (the fast record constructor
+    skips the model's own conversion, and code compares verdicts by identity)."""
+    try:
+        return {str(k): members[v] for k, v in value.items()}
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"column {name} holds a value that is not one of {', '.join(members)}") from None
+
+
 def encode_time_column(code: str, values: Sequence[datetime | None]) -> bytes:
     if code == "dt":
         return np.fromiter(map(to_micros, values), dtype="<i8", count=len(values)).tobytes()  # type: ignore[arg-type]
@@ -270,8 +288,9 @@ def decode_columns(
             )
         elif code == "map":
             values = [{} for _ in range(n)]
+            members = _map_members(cls, name)
             for i, value in zip(raw[name]["at"], raw[name]["values"], strict=True):
-                values[i] = decode_value(value)
+                values[i] = decode_value(value) if members is None else _enum_map(value, members, name)
         else:
             values = _decode_plain(cls, name, raw[name], refs)
         if len(values) != n:
