@@ -7,7 +7,9 @@ facts of its two entities, so tkg's own cost per episode can grow with the degre
 benchmark measures it: one group, messages ``"User: I <RELATION> thing<k>."`` (five relations, objects drawn
 from a pool three times the run, so a few repeat) through ``Memory.add_episode`` with the rule-based LLM double
 (``tkg.RulesLLM``: extraction and resolution answered at zero latency). At each size it reports the engine time
-(wall time minus the time inside the LLM double) of the last ``--block`` episodes before it: p50, p95, max.
+(wall time minus the time inside the LLM double) of the last ``--block`` episodes before it: p50, p95, max; and
+the recall of the store's candidate lookup (``Store.closest_facts``, which may answer from an approximate index)
+against the exact answer of the storage interface's reference implementation, for new sentences of the user.
 
     python benchmarks/bench_hot_entity.py --quick        # 200 and 400 facts (seconds)
     python benchmarks/bench_hot_entity.py                # 1,000, 3,000, 10,000 and 100,000 facts (~25 min)
@@ -36,21 +38,46 @@ from bench_extraction import Timed
 from measure import percentile
 
 from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig
+from tkg.backends.memory import InMemoryStore
 from tkg.llm.rules import RulesLLM
+from tkg.storage import Store
 
 ROOT = Path(__file__).resolve().parent
 RELATIONS = ("LIKES", "VISITED", "KNOWS", "OWNS", "READ")
 P50_LIMIT_MS = 5.0
 P95_LIMIT_MS = 10.0
+RECALL_K = 32  # facts the engine reads in its first closest-first round (tkg/extraction.py, candidate_batch)
+RECALL_QUERIES = 40
+
+
+def recall(store: Store, embedder: HashEmbedder, user_id: str, rng: random.Random, pool: int) -> dict[str, float]:
+    """Mean recall@RECALL_K of ``store.closest_facts`` around the user, for the new fact's relation and for the
+    others, against the exact answer (``Store.closest_facts``, the interface's own); a result counts when its
+    exact score reaches the exact k-th best (equal scores are interchangeable)."""
+    found: dict[str, list[float]] = {"same": [], "other": []}
+    for _ in range(RECALL_QUERIES):
+        relation = rng.choice(RELATIONS)
+        vector = embedder.embed([f"User {relation.lower()} thing{rng.randrange(pool)}"])[0]
+        for name, same in (("same", True), ("other", False)):
+            exact = Store.closest_facts(store, [user_id], vector, RECALL_K, relation, same=same)
+            if not exact:
+                continue
+            kth = exact[-1][1] - 1e-6
+            score = {f.id: s for f, s in Store.closest_facts(store, [user_id], vector, 1 << 30, relation, same=same)}
+            got = store.closest_facts([user_id], vector, RECALL_K, relation, same=same)
+            found[name].append(sum(score[f.id] >= kth for f, _ in got) / len(exact))
+    return {name: sum(v) / len(v) if v else 1.0 for name, v in found.items()}
 
 
 def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[dict[str, Any]]:
     """One run on ``store`` (default: a new in-memory store); the same seed gives the same episodes."""
     rng = random.Random(seed)
     llm = Timed(RulesLLM())
+    embedder = HashEmbedder()
+    store = InMemoryStore(dim=embedder.dim) if store is None else store
     memory = Memory(
         store,
-        embedder=HashEmbedder(),
+        embedder=embedder,
         llm=llm,
         clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
         config=MemoryConfig(communities=None),  # the community tier has its own benchmark
@@ -69,6 +96,7 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[
             window = engine_ms[-block:]
             user = memory.find_entities("User", group_ids=["user"])[0]
             degree = len(memory.facts_about(user.id, include_invalidated=True))
+            found = recall(store, embedder, user.id, random.Random(seed + i), 3 * last)
             row = {
                 "episodes": i + 1,
                 "user_facts": degree,
@@ -76,11 +104,14 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[
                 "p95_ms": percentile(window, 95),
                 "max_ms": max(window),
                 "block": len(window),
+                "recall_same": found["same"],
+                "recall_other": found["other"],
             }
             rows.append(row)
             print(
                 f"{i + 1:>7,} episodes, user entity in {degree:,} facts: engine p50 {row['p50_ms']:.2f} ms, "
-                f"p95 {row['p95_ms']:.2f} ms, max {row['max_ms']:.2f} ms (last {len(window)} episodes)",
+                f"p95 {row['p95_ms']:.2f} ms, max {row['max_ms']:.2f} ms (last {len(window)} episodes); "
+                f"recall@{RECALL_K} {found['same']:.3f} (same relation), {found['other']:.3f} (others)",
                 flush=True,
             )
     return rows

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .arrays import Column
+from .sketches import Sketches
 
 Mask = npt.NDArray[np.bool_]
 _CHUNK = 8192  # rows scored at a time when an exact fallback scans many slots
@@ -34,6 +35,10 @@ _CHUNK_ROWS = 16384  # rows per matrix chunk that new vectors are appended to
 _RESTORE_ROWS = 1 << 17  # rows per step when a restored graph gets its vectors back
 # A background fold lets the tail grow to this many times its limit before the writer folds itself.
 _BEHIND = 4
+# A filtered search whose indexed passing slots are at most this many, and that an unfiltered HNSW query did not
+# answer, scans their bit sketches and scores the closest exactly (see sketches.py); more go to hnswlib's
+# filtered walk.
+_SKETCH_LIMIT = 1 << 17
 
 
 # From this many candidates, top_k first cuts them down with a floor taken from a strided sample of
@@ -121,6 +126,7 @@ class VectorIndex:
         self.has_vec = Column(np.bool_, False)
         self._in_graph = Column(np.bool_, False)
         self._tail: set[int] = set()
+        self._sketches = Sketches(dim)
         self._graph: hnswlib.Index | None = None
         self._graph_live = 0
         self._m, self._efc, self._efs = m, ef_construction, ef_search
@@ -146,6 +152,7 @@ class VectorIndex:
         view = self._append(vector)
         self._chunk_of[slot], self._row_of[slot] = len(self._chunks) - 1, self._fill - 1
         self._scale[slot] = inverse_norm(view)
+        self._sketches.forget(slot)
         self._unlink(slot)
         self.has_vec[slot] = True
         self._tail.add(slot)
@@ -184,6 +191,7 @@ class VectorIndex:
         if slot >= self.has_vec.size or not self.has_vec[slot]:
             return
         self.has_vec[slot] = False
+        self._sketches.forget(slot)
         self._tail.discard(slot)
         self._unlink(slot)
 
@@ -569,35 +577,37 @@ class VectorIndex:
     def _graph_search(
         self, query: npt.NDArray[np.float32], k: int, allowed: Mask, passing: int
     ) -> list[tuple[int, float]]:
-        with self._graph_lock:
-            return self._graph_search_locked(query, k, allowed, passing)
-
-    def _graph_search_locked(
-        self, query: npt.NDArray[np.float32], k: int, allowed: Mask, passing: int
-    ) -> list[tuple[int, float]]:
-        graph = self._graph
-        assert graph is not None
-        if self._folds:
-            # A fold may have inserted slots that are still searched as tail: the graph answers for its own only.
-            allowed = allowed & self._in_graph.view()[: len(allowed)]
+        """Top ``k`` among the slots in the graph that ``allowed`` passes (``passing`` of them)."""
+        # A fold may have inserted slots that are still searched as tail: the graph answers for its own only.
+        indexed = allowed & self._in_graph.view()[: len(allowed)]
         frac = passing / max(1, self._graph_live)
-        try:
-            if frac >= 0.5:
-                # Most slots pass: ask for a few more than k unfiltered and filter here (no Python callback).
-                want = min(self._graph_live, math.ceil(k / frac * 1.25) + 8)
-                graph.set_ef(max(self._efs, want))
+        if frac >= 0.5:
+            # Most slots pass: ask for a few more than k unfiltered and filter here (no Python callback).
+            want = min(self._graph_live, math.ceil(k / frac * 1.25) + 8)
+            with self._graph_lock:
+                graph = self._ready_graph(want)
                 labels, dists = graph.knn_query(query, k=want, num_threads=1)
-                hits = [(int(s), 1.0 - float(d)) for s, d in zip(labels[0], dists[0], strict=True) if allowed[s]]
-                if len(hits) >= k:
-                    return hits[:k]
-            graph.set_ef(max(self._efs, k))
-            labels, dists = graph.knn_query(query, k=k, num_threads=1, filter=lambda s: bool(allowed[s]))
+            hits = [(int(s), 1.0 - float(d)) for s, d in zip(labels[0], dists[0], strict=True) if indexed[s]]
+            if len(hits) >= k:
+                return hits[:k]
+        if passing <= _SKETCH_LIMIT:
+            slots = np.flatnonzero(indexed)
+            return self._brute(query, self._sketches.candidates(query, slots, k, self._rows), k)
+        try:
+            with self._graph_lock:
+                graph = self._ready_graph(k)
+                labels, dists = graph.knn_query(query, k=k, num_threads=1, filter=lambda s: bool(indexed[s]))
             return [(int(s), 1.0 - float(d)) for s, d in zip(labels[0], dists[0], strict=True)]
         except RuntimeError:
             # hnswlib could not find k admitted items (its graph walk can miss some under a filter):
             # fall back to exact search so the answer stays complete.
-            in_graph = np.flatnonzero(allowed & self._in_graph.view()[: len(allowed)])
-            return self._brute(query, in_graph, k)
+            return self._brute(query, np.flatnonzero(indexed), k)
+
+    def _ready_graph(self, ef: int) -> hnswlib.Index:
+        """The graph, set to search with at least ``ef`` candidates (the graph's lock held)."""
+        assert self._graph is not None
+        self._graph.set_ef(max(self._efs, ef))
+        return self._graph
 
     def vector(self, slot: int) -> npt.NDArray[np.float32]:
         view = self._chunks[int(self._chunk_of[slot])][int(self._row_of[slot])]  # type: ignore[call-overload]
