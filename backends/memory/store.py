@@ -36,6 +36,7 @@ from tkg.timeline import Scope
 from tkg.timeutil import to_micros
 
 from . import persist
+from .arrays import any_of
 from .maintenance import Maintenance, Task
 from .tables import MAX, MIN, Table, micros_or
 from .text import TextIndex
@@ -464,7 +465,7 @@ class InMemoryStore(Store):
             kept = table.relation.view()[slots] == code
             return slots[kept if same else ~kept]
         codes = [self._entity_codes[e] for e in ends]
-        touching = np.isin(table.source.view(), codes) | np.isin(table.target.view(), codes)
+        touching = any_of(table.source.view(), codes) | any_of(table.target.view(), codes)
         kept = table.relation.view() == code
         touching &= table.alive.view() & (kept if same else ~kept)
         return np.flatnonzero(touching)

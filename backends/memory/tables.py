@@ -13,7 +13,7 @@ from tkg.models import Kind, Record
 from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
-from .arrays import Column
+from .arrays import Column, any_of
 from .vectors import Mask
 
 MIN = np.iinfo(np.int64).min
@@ -118,7 +118,7 @@ class Table:
             groups = col(self.group)
             if not codes:
                 return np.zeros_like(mask)
-            mask &= groups == codes[0] if len(codes) == 1 else np.isin(groups, codes)
+            mask &= any_of(groups, codes)
         tx = to_micros(scope.known_at)
         mask &= col(self.created) <= tx
         if self.kind is Kind.FACT and scope.as_of is not None:
@@ -164,7 +164,7 @@ class Table:
             mask &= labelled
         if filters.relations is not None and self.kind is Kind.FACT:
             codes = [relation_codes[r] for r in filters.relations if r in relation_codes]
-            mask &= np.isin(col(self.relation), codes) if codes else False
+            mask &= any_of(col(self.relation), codes)
         for rng in filters.dates:
             column, missing = self._date_column(rng.field)
             if column is None:
