@@ -124,11 +124,33 @@ def contract(by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any]
         tables.append(
             {
                 "title": f"One user entity accumulating facts: engine time per episode ({backend} backend, RulesLLM)",
-                "columns": ["episodes", "facts of the user entity", "engine p50 ms", "engine p95 ms", "engine max ms"],
-                "rows": [[r["episodes"], r["user_facts"], r["p50_ms"], r["p95_ms"], r["max_ms"]] for r in rows],
+                "columns": [
+                    "episodes",
+                    "facts of the user entity",
+                    "engine p50 ms",
+                    "engine p95 ms",
+                    "engine max ms",
+                    f"recall@{RECALL_K} same relation",
+                    f"recall@{RECALL_K} other relations",
+                ],
+                "rows": [
+                    [
+                        r["episodes"],
+                        r["user_facts"],
+                        r["p50_ms"],
+                        r["p95_ms"],
+                        r["max_ms"],
+                        r.get("recall_same"),
+                        r.get("recall_other"),
+                    ]
+                    for r in rows
+                ],
                 "notes": [
                     "engine time = wall time of add_episode minus the time inside the LLM double; each row: the last "
                     f"{rows[0]['block'] if rows else 0} episodes before that size",
+                    f"recall@{RECALL_K}: Store.closest_facts around the user against the exact answer, mean of "
+                    f"{RECALL_QUERIES} new sentences (a fact counts when its exact score reaches the exact "
+                    f"{RECALL_K}th best); the planner's first read is {RECALL_K} facts",
                 ],
             }
         )

@@ -5,8 +5,11 @@ reads every passing row (1.5 KB each at 384-d), and hnswlib under a filter calls
 walks past (its walk crowded by nodes the filter refuses: the facts of a hot entity under the new fact's own
 relation, when the search wants the others). A sketch is the sign of the vector's product with ``BITS`` fixed
 random directions (random-hyperplane hashing): the fraction of bits two sketches differ in estimates the angle
-between their vectors. Scanning the sketches of every passing slot costs ~5 ns a slot; the closest by sketch are
-then scored exactly, so a result's scores are exact and only its membership is approximate, as with HNSW.
+between their vectors. Scanning the sketches of the passing slots costs ~7 ns a slot (0.75 ms over 100,000); the
+closest by sketch (16 per result wanted, at least 1,024) are then scored exactly, so a result's scores are exact
+and only its membership is approximate, as with HNSW. Recall against exact search: of the top 32, 0.98 on the
+hot entity benchmark's facts at 10,000 (hnswlib's filtered walk: 0.67); of the top 10, 0.965 on random 32-d
+vectors with the 300 nearest filtered out (the hard case for hashing; hnswlib: 0.995).
 
 Sketches are computed when first needed (a memory whose searches never take this path never pays for them) and
 are not saved: they are a pure function of the vectors and of ``SEED``.
@@ -28,6 +31,7 @@ SEED = 0x746B67  # fixed: sketches of the same vectors are the same in every pro
 # neighbours among them, not in order.
 _OVERSAMPLE = 16
 _MIN_CANDIDATES = 1024
+_BLAS_FROM = 256  # rows sketched at once from which a BLAS product beats einsum's ~22 us a row (384-d)
 
 Rows = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]]
 
@@ -43,6 +47,11 @@ class Sketches:
         self._planes: npt.NDArray[np.float32] | None = None  # made on first use (dim x BITS floats)
         self._words = [Column(np.uint64, 0) for _ in range(WORDS)]
         self._ready = Column(np.bool_, False)
+
+    def nbytes(self) -> int:
+        """Bytes held: the sketches, their flags and, once made, the hyperplanes."""
+        planes = 0 if self._planes is None else self._planes.nbytes
+        return self._ready.size * (WORDS * 8 + 1) + planes
 
     def forget(self, slot: int) -> None:
         """``slot``'s vector changed or went away."""
@@ -73,9 +82,14 @@ class Sketches:
 
     def sketch(self, vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
         """The sketches of ``vectors`` (rows), one row of ``WORDS`` words each."""
-        if self._planes is None:
-            self._planes = np.random.default_rng(SEED).standard_normal((self._dim, BITS)).astype(np.float32)
-        signs = np.dot(vectors, self._planes) > 0
+        if self._planes is None:  # one hyperplane per row
+            self._planes = np.random.default_rng(SEED).standard_normal((BITS, self._dim)).astype(np.float32)
+        if len(vectors) < _BLAS_FROM:
+            # einsum: single-threaded; a small product through multithreaded OpenBLAS spins its threads and took
+            # 0.2 s instead of 0.05 ms when another process held the other core.
+            signs = np.einsum("ij,kj->ik", vectors, self._planes) > 0
+        else:
+            signs = np.dot(vectors, self._planes.T) > 0
         return np.packbits(signs, axis=1).view(np.uint64)  # type: ignore[no-any-return]
 
     def _sketch_missing(self, slots: npt.NDArray[np.int64], rows: Rows) -> None:
