@@ -130,19 +130,23 @@ def field_codes(cls: type) -> list[tuple[str, str]]:
     return out
 
 
-def _enum_of(cls: type, name: str) -> type[enum.Enum] | None:
-    annotation = str(next(f.type for f in dataclasses.fields(cls) if f.name == name))
-    found = getattr(models, annotation, None)
+def _annotation(cls: type, name: str) -> str:
+    return str(next(f.type for f in dataclasses.fields(cls) if f.name == name)).replace(" ", "")
+
+
+def _model_enum(name: str) -> type[enum.Enum] | None:
+    found = getattr(models, name, None)
     return found if isinstance(found, type) and issubclass(found, enum.Enum) else None
+
+
+def _enum_of(cls: type, name: str) -> type[enum.Enum] | None:
+    return _model_enum(_annotation(cls, name))
 
 
 def _map_members(cls: type, name: str) -> dict[str, enum.Enum] | None:
     """For a map field whose values are an enum of the models (a fact's verdicts), the members by value."""
-    annotation = str(next(f.type for f in dataclasses.fields(cls) if f.name == name)).replace(" ", "")
-    found = getattr(models, annotation.rstrip("]").rpartition(",")[2], None)
-    if isinstance(found, type) and issubclass(found, enum.Enum):
-        return {m.value: m for m in found}
-    return None
+    found = _model_enum(_annotation(cls, name).rstrip("]").rpartition(",")[2])
+    return None if found is None else {m.value: m for m in found}
 
 
 def _enum_map(value: Any, members: Mapping[str, enum.Enum], name: str) -> dict[str, enum.Enum]:
