@@ -7,8 +7,8 @@ relation, when the search wants the others). A sketch is the sign of the vector'
 random directions (random-hyperplane hashing): the fraction of bits two sketches differ in estimates the angle
 between their vectors. Scanning the sketches of the passing slots costs ~7 ns a slot (0.75 ms over 100,000); the
 closest by sketch (16 per result wanted, at least 1,024) are then scored exactly, so a result's scores are exact
-and only its membership is approximate, as with HNSW. Recall against exact search: of the top 32, 0.98 on the
-hot entity benchmark's facts at 10,000 (hnswlib's filtered walk: 0.67); of the top 10, 0.965 on random 32-d
+and only its membership is approximate, as with HNSW. Recall against exact search: of the top 32, 0.97-0.98 on
+the hot entity benchmark's facts at 10,000 (hnswlib's filtered walk: 0.67); of the top 10, 0.965 on random 32-d
 vectors with the 300 nearest filtered out (the hard case for hashing; hnswlib: 0.995).
 
 Sketches are computed when first needed (a memory whose searches never take this path never pays for them) and
