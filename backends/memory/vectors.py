@@ -587,9 +587,12 @@ class VectorIndex:
         if frac >= 0.5:
             # Most slots pass: ask for a few more than k unfiltered and filter here (no Python callback).
             want = min(self._graph_live, math.ceil(k / frac * 1.25) + 8)
-            with self._graph_lock:
-                graph = self._ready_graph(want)
-                labels, dists = graph.knn_query(query, k=want, num_threads=1)
+            try:
+                with self._graph_lock:
+                    graph = self._ready_graph(want)
+                    labels, dists = graph.knn_query(query, k=want, num_threads=1)
+            except RuntimeError:  # hnswlib found fewer than `want` live items: answered below
+                labels, dists = np.empty((1, 0), np.uint64), np.empty((1, 0), np.float32)
             hits = [(int(s), 1.0 - float(d)) for s, d in zip(labels[0], dists[0], strict=True) if indexed[s]]
             if len(hits) >= k:
                 return hits[:k]
