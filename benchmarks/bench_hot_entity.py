@@ -59,11 +59,12 @@ def recall(store: Store, embedder: HashEmbedder, user_id: str, rng: random.Rando
         relation = rng.choice(RELATIONS)
         vector = embedder.embed([f"User {relation.lower()} thing{rng.randrange(pool)}"])[0]
         for name, same in (("same", True), ("other", False)):
-            exact = Store.closest_facts(store, [user_id], vector, RECALL_K, relation, same=same)
+            ranked = Store.closest_facts(store, [user_id], vector, 1 << 30, relation, same=same)  # every one
+            exact = ranked[:RECALL_K]
             if not exact:
                 continue
             kth = exact[-1][1] - 1e-6
-            score = {f.id: s for f, s in Store.closest_facts(store, [user_id], vector, 1 << 30, relation, same=same)}
+            score = {f.id: s for f, s in ranked}
             got = store.closest_facts([user_id], vector, RECALL_K, relation, same=same)
             found[name].append(sum(score[f.id] >= kth for f, _ in got) / len(exact))
     return {name: sum(v) / len(v) if v else 1.0 for name, v in found.items()}
