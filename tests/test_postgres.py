@@ -269,9 +269,15 @@ def schema_at(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, version
 def put_rows(conn: psycopg.Connection[Any], schema: str, records: list[Record]) -> None:
     """The records' rows alone, as an older tkg wrote them (nothing a later schema derives from them)."""
     from tkg.backends.postgres.records import row_values, upsert_statement
+    from tkg.backends.postgres.vectors import register_vector
 
+    register_vector(conn)
     for record in records:
-        conn.execute(pg_schema.render(upsert_statement(record.kind), schema), row_values(record, DIM))
+        statement, values = upsert_statement(record.kind), row_values(record, DIM)
+        if record.kind is Kind.FACT:  # the sketch column came with schema 6
+            statement = statement.replace(", sketch)", ")").replace(", %s)", ")", 1)
+            statement, values = statement.replace(", sketch = excluded.sketch", ""), values[:-1]
+        conn.execute(pg_schema.render(statement, schema), values)
 
 
 def test_a_version_2_schema_gets_bm25_postings_of_its_records_on_upgrade(
@@ -349,6 +355,50 @@ def test_a_version_4_schema_gets_its_verdicts_indexed_on_upgrade(
             for ends in (["e0"], ["e1", "e2"], [f"e{i}" for i in range(6)]):
                 assert upgraded.facts_judging(named, ends) == oracle.facts_judging(named, ends), (named, ends)
         assert upgraded.facts_judging(["gone"], ["e0", "e3"])  # a named fact need not exist
+
+
+def test_a_version_5_schema_gets_its_fact_sketches_on_upgrade(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 6 finds a large neighbourhood's closest facts by the sketches of their vectors: opening a version 5
+    schema sketches the facts stored (as a write would: the same bits), and the closest facts around an entity with
+    more facts than are scored exactly come back as the in-memory store finds them."""
+    from tkg.vector_sketches import candidate_count, sketch_text
+
+    schema = schema_at(server, monkeypatch, 5)
+    rng = np.random.default_rng(17)
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"Person {i}", created_at=T0) for i in range(4)]
+    facts = [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id="e0",
+            target_id=f"e{1 + i % 3}",
+            relation=["KNOWS", "LIKES"][i % 2],
+            fact=f"fact {i}",
+            created_at=T0,
+            embedding=None if i % 97 == 0 else rng.standard_normal(DIM).astype(np.float32),
+        )
+        for i in range(2 * candidate_count(10) + 300)
+    ]
+    with admin(server) as conn:  # rows as tkg with schema 5 wrote them
+        put_rows(conn, schema, [*entities, *facts])
+    memory = InMemoryStore(dim=DIM)
+    memory.write(WriteBatch(puts=[*entities, *facts]))
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+        with admin(server) as conn:
+            stored = dict(conn.execute(f'SELECT id, sketch::text FROM "{schema}".facts').fetchall())
+        for f in facts:
+            want = None if f.embedding is None else sketch_text(f.embedding[None, :])[0]
+            got = stored[f.id]
+            assert (got is None) if want is None else got == f"{int(want[1:], 16):0{len(want[1:]) * 4}b}", f.id
+        for n in range(5):
+            query = rng.standard_normal(DIM).astype(np.float32)
+            for same in (True, False):
+                ours = upgraded.closest_facts(["e0"], query, 10, "KNOWS", same=same)
+                theirs = memory.closest_facts(["e0"], query, 10, "KNOWS", same=same)
+                assert [f.id for f, _ in ours] == [f.id for f, _ in theirs], (n, same)
+                assert np.allclose([s for _, s in ours], [s for _, s in theirs], atol=1e-5)
 
 
 def test_bm25_with_common_and_rare_terms_is_exact(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -336,3 +336,50 @@ def test_every_backend_answers_like_the_reference_store(
         compare(store, oracle, world)
     finally:
         store.close()  # one example's connections are not the next one's
+
+
+def test_the_closest_facts_around_a_hot_entity_are_found_among_crowding_ones(
+    make_store: Callable[[int], Store],
+) -> None:
+    """Past the facts scored exactly, the closest facts around an entity come from the bit sketches of its
+    neighbourhood (tkg.vector_sketches) on every backend. Here the facts of the new fact's own relation crowd the
+    query (an index walk under the filter was crowded out by them): asked for the other relations' closest, or for
+    its own, every backend returns exact scores and the true closest (the exact answer is the storage interface's
+    own, which scores every fact of the entity)."""
+    dim, rng = 32, np.random.default_rng(5)
+    store = make_store(dim)
+    query = rng.standard_normal(dim).astype(np.float32)
+    hub = Entity(id="user", group_id="g", name="User", created_at=T0)
+    others = [Entity(id=f"o{i}", group_id="g", name=f"Thing {i}", created_at=T0) for i in range(50)]
+    facts = []
+    for i in range(5000):
+        near = i % 2 == 0  # the KNOWS facts lie around the query, the others anywhere
+        vector = (query + 0.3 * rng.standard_normal(dim) if near else rng.standard_normal(dim)).astype(np.float32)
+        facts.append(
+            Fact(
+                id=f"f{i}",
+                group_id="g",
+                source_id="user",
+                target_id=f"o{i % 50}",
+                relation="KNOWS" if near else ["OWNS", "READ"][i % 4 // 2],
+                fact=f"fact {i}",
+                created_at=T0,
+                embedding=vector,
+            )
+        )
+    try:
+        store.write(WriteBatch(puts=[hub, *others, *facts]))
+        for n in range(6):
+            probe = (query + 0.5 * rng.standard_normal(dim)).astype(np.float32)
+            for same in (True, False):
+                exact = Store.closest_facts(store, ["user"], probe, 10**6, "KNOWS", same=same)
+                score = {f.id: s for f, s in exact}
+                kth = exact[9][1] - 1e-5
+                got = store.closest_facts(["user"], probe, 10, "KNOWS", same=same)
+                assert len(got) == 10
+                assert all(abs(s - score[f.id]) <= 1e-5 for f, s in got), (n, same)  # exact scores
+                assert all((f.relation == "KNOWS") == same for f, _ in got)
+                found = sum(s >= kth for _, s in got)
+                assert found >= 9, (n, same, found)
+    finally:
+        store.close()

@@ -129,7 +129,7 @@ class VectorIndex:
         self.has_vec = Column(np.bool_, False)
         self._in_graph = Column(np.bool_, False)
         self._tail: set[int] = set()
-        self._sketches = Sketches(dim)
+        self._sketches = Sketches()
         self._graph: hnswlib.Index | None = None
         self._graph_live = 0
         self._m, self._efc, self._efs = m, ef_construction, ef_search

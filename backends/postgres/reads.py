@@ -17,10 +17,10 @@ from .scope import scope_where
 from .session import Session
 
 _PAGE = 2000
-#: The seqs of the facts with an end among %(ids)s whose relation is ({op}) %(relation)s.
-NEIGHBOURHOOD = (
-    "SELECT seq FROM {{s}}.facts WHERE source_id = ANY(%(ids)s::text[]) AND relation {op} %(relation)s UNION "
-    "SELECT seq FROM {{s}}.facts WHERE target_id = ANY(%(ids)s::text[]) AND relation {op} %(relation)s"
+#: The seqs of the facts with an end among %(ids)s and relation %(relation)s.
+_NEIGHBOURHOOD = (
+    "SELECT seq FROM {s}.facts WHERE source_id = ANY(%(ids)s::text[]) AND relation = %(relation)s UNION "
+    "SELECT seq FROM {s}.facts WHERE target_id = ANY(%(ids)s::text[]) AND relation = %(relation)s"
 )
 
 
@@ -107,7 +107,7 @@ class Reads(Session):
 
     def facts_with(self, entity_ids: Sequence[str], relation: str) -> list[Fact]:
         params: dict[str, Any] = {"ids": list(entity_ids), "relation": relation}
-        statement = self._q(f"{select(Kind.FACT)} WHERE seq IN ({NEIGHBOURHOOD.format(op='=')}) ORDER BY seq")
+        statement = self._q(f"{select(Kind.FACT)} WHERE seq IN ({_NEIGHBOURHOOD}) ORDER BY seq")
         return from_rows(Kind.FACT, self._read(lambda cur: cur.execute(statement, params).fetchall()))
 
     def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:

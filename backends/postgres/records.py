@@ -10,13 +10,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from psycopg.types.json import Json
 
 from tkg.codec import decode_value, encode_value
 from tkg.embedders.base import check_vectors
 from tkg.errors import EmbeddingError, ValidationError
-from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Kind, Record
+from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Fact, Kind, Record
 from tkg.names import normalize_name
+from tkg.vector_sketches import sketch_text
 
 from .schema import TABLES
 
@@ -53,13 +55,26 @@ def prepare(puts: Sequence[Record], dim: int) -> dict[Kind, dict[tuple[str, ...]
     for record in puts:
         if not isinstance(record, types):
             raise ValidationError(f"cannot store {type(record).__name__}; expected a tkg record")
-        item = Prepared(record, row_values(record, dim))
+    sketches = _fact_sketches(puts, dim)
+    for record in puts:
+        item = Prepared(record, row_values(record, dim, sketches.get(id(record))))
         out.setdefault(record.kind, {})[item.key] = item
     return out
 
 
-def row_values(record: Record, dim: int) -> list[Any]:
-    """The parameters of ``record``'s upsert (see :func:`upsert_statement`)."""
+def _fact_sketches(puts: Sequence[Record], dim: int) -> dict[int, str]:
+    """The sketch of each fact's vector (:mod:`tkg.vector_sketches`), by ``id()`` of the record: computed for all
+    at once (one product instead of one per fact); a vector of the wrong shape is left to :func:`row_values`."""
+    facts = [(r, r.embedding) for r in puts if isinstance(r, Fact) and r.embedding is not None]
+    facts = [(r, v) for r, v in facts if np.shape(v) == (dim,)]
+    if not facts:
+        return {}
+    return dict(zip((id(r) for r, _ in facts), sketch_text(np.stack([v for _, v in facts])), strict=True))
+
+
+def row_values(record: Record, dim: int, sketch: str | None = None) -> list[Any]:
+    """The parameters of ``record``'s upsert (see :func:`upsert_statement`); a fact's ``sketch``, when not given,
+    is computed from its vector."""
     values: list[Any] = []
     vector_field = VECTOR_FIELD.get(record.kind)
     for column in COLUMNS[record.kind]:
@@ -85,6 +100,10 @@ def row_values(record: Record, dim: int) -> list[Any]:
         values.append(value)
     if isinstance(record, Entity):
         values.append(sorted({normalize_name(n) for n in (record.name, *record.aliases)}))
+    elif isinstance(record, Fact):
+        if sketch is None and record.embedding is not None:
+            sketch = sketch_text(np.asarray(record.embedding, dtype=np.float32)[None, :])[0]
+        values.append(sketch)
     return values
 
 
@@ -106,6 +125,9 @@ def upsert_statement(kind: Kind) -> str:
     placeholders = ["%s"] * len(columns)
     if kind is Kind.ENTITY:
         columns.append("names")
+        placeholders.append("%s")
+    elif kind is Kind.FACT:
+        columns.append("sketch")
         placeholders.append("%s")
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in table.key)
     return (

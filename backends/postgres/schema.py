@@ -17,11 +17,12 @@ from psycopg import sql
 
 from tkg.errors import BackendError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
+from tkg.vector_sketches import BITS
 
 from .connection import connect, describe
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,8 @@ SEARCH_INDEXES: dict[str, str] = {
     ),
 }
 
-#: Visibility maps of the postings tables (index-only scans), after a bulk load.
-VACUUM_POSTINGS = "VACUUM {s}.facts_terms, {s}.entities_terms, {s}.episodes_terms, {s}.communities_terms"
+#: Visibility maps of the facts and postings tables (index-only scans), after a bulk load.
+VACUUM_LOADED = "VACUUM {s}.facts, {s}.facts_terms, {s}.entities_terms, {s}.episodes_terms, {s}.communities_terms"
 
 #: Fresh planner statistics for the tables searches read.
 ANALYZE = (
@@ -278,6 +279,25 @@ def _migrate_to_5(conn: psycopg.Connection[Any], schema: str, settings: dict[str
     conn.execute(render(_V5, schema))
 
 
+# Version 6: a fact's vector also has its bit sketch (tkg.vector_sketches), written with the row, and the indexes of
+# an entity's facts by relation carry it (with seq, and the source of a fact found by its target): the closest facts
+# around a hot entity are found by an index-only scan of those sketches, and only the closest by sketch are read
+# from the table and scored exactly (.search). Before, the HNSW walk under the neighbourhood filter was crowded out
+# by the facts it refuses: at 10,000 facts of one entity it found 0.3-0.5 of the true 32 closest of other relations.
+# The sketches of facts already stored are written by the backfill the store hands to ensure_schema.
+_V6 = f"""
+ALTER TABLE {{s}}.facts ADD COLUMN sketch bit({BITS});
+DROP INDEX IF EXISTS {{s}}.facts_source;
+DROP INDEX IF EXISTS {{s}}.facts_target;
+CREATE INDEX facts_source ON {{s}}.facts (source_id, relation) INCLUDE (seq, sketch);
+CREATE INDEX facts_target ON {{s}}.facts (target_id, relation) INCLUDE (source_id, seq, sketch);
+"""
+
+
+def _migrate_to_6(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render(_V6, schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
@@ -285,6 +305,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], N
     3: _migrate_to_3,
     4: _migrate_to_4,
     5: _migrate_to_5,
+    6: _migrate_to_6,
 }
 
 

@@ -1,5 +1,6 @@
 """Searches of a PostgreSQL store: cosine k-NN over pgvector's HNSW index (exact when the index walk comes back
-short) and BM25 over the postings tables of :mod:`.terms`, scored and ranked as every backend does."""
+short), the closest facts around entities by their bit sketches, and BM25 over the postings tables of
+:mod:`.terms`, scored and ranked as every backend does."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tkg.models import VECTOR_FIELD, Fact, Kind, Vector
 from tkg.storage import Hit
 from tkg.timeline import Scope
 from tkg.tokens import K1, B, idf, rank_score, tokenize
+from tkg.vector_sketches import BITS, candidate_count, sketch_text
 
-from .reads import NEIGHBOURHOOD
 from .records import TEXT_KINDS, from_rows, select
 from .schema import TABLES
 from .scope import scope_where
@@ -145,23 +146,33 @@ class Search(Session):
         query = check_vectors(vector, self.dim)[0]
         if k <= 0 or not entity_ids:
             return []
-        params: dict[str, Any] = {"ids": list(entity_ids), "relation": relation, "q": query, "k": int(k)}
-        # As vector_search: the first form may walk the HNSW index (PostgreSQL's choice, for a large neighbourhood);
-        # the second is exact over the neighbourhood's rows from the (end, relation) indexes, run when the walk
-        # came back short.
+        params: dict[str, Any] = {
+            "ids": list(entity_ids),
+            "relation": relation,
+            "q": query,
+            "k": int(k),
+            "mine": sketch_text(query[None, :])[0],
+            "want": candidate_count(int(k)),
+        }
+        # The neighbourhood's sketches come from an index-only scan of the (entity, relation) indexes, which carry
+        # them (schema 6); the closest by sketch (all of them when there are not more) are read from the table and
+        # scored exactly, as the in-memory store does (tkg.vector_sketches). Not the HNSW index: its walk under this
+        # filter is crowded out by the facts the filter refuses, those of the other relations or of other entities.
         columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
         op = "=" if same else "<>"
-        indexed = self._q(
-            f"{columns}, embedding <=> %(q)s FROM {{s}}.facts WHERE (source_id = ANY(%(ids)s::text[]) OR "
-            f"target_id = ANY(%(ids)s::text[])) AND relation {op} %(relation)s AND embedding IS NOT NULL "
-            "ORDER BY embedding <=> %(q)s LIMIT %(k)s"
+        statement = self._q(
+            "WITH around AS ("
+            "SELECT seq, sketch FROM {s}.facts WHERE source_id = ANY(%(ids)s::text[]) "
+            f"AND relation {op} %(relation)s AND sketch IS NOT NULL UNION ALL "
+            "SELECT seq, sketch FROM {s}.facts WHERE target_id = ANY(%(ids)s::text[]) "
+            f"AND relation {op} %(relation)s AND NOT source_id = ANY(%(ids)s::text[]) AND sketch IS NOT NULL), "
+            f"closest AS (SELECT seq FROM around ORDER BY bit_count(sketch # %(mine)s::bit({BITS})), seq "
+            "LIMIT %(want)s), "
+            "best AS (SELECT seq, embedding <=> %(q)s AS distance FROM {s}.facts "
+            "WHERE seq IN (SELECT seq FROM closest) ORDER BY distance, seq LIMIT %(k)s) "
+            f"{columns}, best.distance FROM best JOIN {{s}}.facts USING (seq) ORDER BY best.distance, seq"
         )
-        exact = self._q(
-            f"{columns}, embedding <=> %(q)s FROM {{s}}.facts WHERE seq IN ({NEIGHBOURHOOD.format(op=op)}) "
-            "AND embedding IS NOT NULL ORDER BY (embedding <=> %(q)s) + 0, seq LIMIT %(k)s"
-        )
-
-        rows = self._read(_index_walk_or_exact(indexed, exact, params, k))
+        rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
         facts = from_rows(Kind.FACT, [row[:-1] for row in rows])
         return [(f, float(np.float32(_similarity(row[-1])))) for f, row in zip(facts, rows, strict=True)]
 

@@ -23,7 +23,7 @@ from tkg.storage import Store
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
 from .schema import ensure_schema, quote_ident, render
 from .terms import index_all
-from .vectors import register_vector
+from .vectors import register_vector, sketch_all
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ class Session(Store):
         conn = connect(dsn, connect_timeout=connect_timeout)
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)
-            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all})
+            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all, 6: sketch_all})
         except psycopg.Error as exc:
             conn.close()
             raise BackendError(f"cannot open the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None

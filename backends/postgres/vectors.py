@@ -1,4 +1,5 @@
-"""psycopg adapters between numpy float32 vectors and pgvector's ``vector`` type (binary, so exact and fast)."""
+"""psycopg adapters between numpy float32 vectors and pgvector's ``vector`` type (binary, so exact and fast), and
+the sketches of stored facts' vectors."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
 from tkg.errors import BackendError
+from tkg.vector_sketches import BITS, sketch_text
+
+from .schema import render
 
 _HEADER = struct.Struct(">HH")  # dimension, unused
 
@@ -62,3 +66,32 @@ def register_vector(conn: psycopg.Connection[Any]) -> None:
     adapters.register_dumper(np.ndarray, binary_dumper)
     adapters.register_loader(info.oid, text_loader)
     adapters.register_loader(info.oid, binary_loader)
+
+
+_SKETCH_BATCH = 5000
+
+
+def sketch_all(conn: psycopg.Connection[Any], schema: str) -> None:
+    """The schema 6 backfill (:func:`.schema.ensure_schema`): the sketch of every stored fact's vector."""
+    after = -1
+    while True:
+        rows = conn.execute(
+            render(
+                "SELECT seq, embedding::real[] FROM {s}.facts WHERE embedding IS NOT NULL AND seq > %s "
+                "ORDER BY seq LIMIT %s",
+                schema,
+            ),
+            [after, _SKETCH_BATCH],
+        ).fetchall()
+        if not rows:
+            return
+        sketches = sketch_text(np.array([row[1] for row in rows], dtype=np.float32))
+        conn.execute(
+            render(
+                f"UPDATE {{s}}.facts f SET sketch = u.sketch::bit({BITS}) FROM unnest(%s::bigint[], %s::text[]) "
+                "AS u(seq, sketch) WHERE f.seq = u.seq",
+                schema,
+            ),
+            [[row[0] for row in rows], sketches],
+        )
+        after = rows[-1][0]

@@ -15,7 +15,7 @@ from tkg.models import Fact, Kind, Record
 from tkg.storage import WriteBatch
 
 from .records import TEXT_KINDS, Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
-from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_POSTINGS
+from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED
 from .session import Session
 from .terms import Delta, add_postings, apply_df, drop_postings
 
@@ -45,9 +45,10 @@ class Writes(Session):
             cur.execute(self._q(ANALYZE))
 
         self._transaction(body)
-        # Mark the loaded pages all-visible, so that searches read the postings from their covering index alone
-        # (VACUUM cannot run inside the load's transaction; autovacuum does the same later for other writes).
-        self._read(lambda cur: cur.execute(self._q(VACUUM_POSTINGS)))
+        # Mark the loaded pages all-visible, so that searches read the postings and the facts' sketches from their
+        # covering indexes alone (VACUUM cannot run inside the load's transaction; autovacuum does the same later
+        # for other writes).
+        self._read(lambda cur: cur.execute(self._q(VACUUM_LOADED)))
 
     def _apply(self, cur: psycopg.Cursor[Any], planned: Planned, deletes: list[tuple[Kind, str]]) -> None:
         """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts."""
