@@ -363,7 +363,7 @@ def test_a_version_5_schema_gets_its_fact_sketches_on_upgrade(
     """Schema 6 finds a large neighbourhood's closest facts by the sketches of their vectors: opening a version 5
     schema sketches the facts stored (as a write would: the same bits), and the closest facts around an entity with
     more facts than are scored exactly come back as the in-memory store finds them."""
-    from tkg.vector_sketches import candidate_count, sketch_text
+    from tkg.vector_sketches import EXACT_UP_TO, sketch_text
 
     schema = schema_at(server, monkeypatch, 5)
     rng = np.random.default_rng(17)
@@ -379,7 +379,7 @@ def test_a_version_5_schema_gets_its_fact_sketches_on_upgrade(
             created_at=T0,
             embedding=None if i % 97 == 0 else rng.standard_normal(DIM).astype(np.float32),
         )
-        for i in range(2 * candidate_count(10) + 300)
+        for i in range(2 * EXACT_UP_TO + 300)  # more of each relation than are all scored exactly
     ]
     with admin(server) as conn:  # rows as tkg with schema 5 wrote them
         put_rows(conn, schema, [*entities, *facts])

@@ -40,6 +40,7 @@ from tkg.models import (
 )
 from tkg.storage import Hit, Store, WriteBatch
 from tkg.timeline import DateRange, Filters, make_scope
+from tkg.vector_sketches import EXACT_UP_TO
 
 EMB = HashEmbedder(dim=16)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -352,7 +353,7 @@ def test_the_closest_facts_around_a_hot_entity_are_found_among_crowding_ones(
     hub = Entity(id="user", group_id="g", name="User", created_at=T0)
     others = [Entity(id=f"o{i}", group_id="g", name=f"Thing {i}", created_at=T0) for i in range(50)]
     facts = []
-    for i in range(5000):
+    for i in range(2 * EXACT_UP_TO + 1000):  # more of each side than are all scored exactly
         near = i % 2 == 0  # the KNOWS facts lie around the query, the others anywhere
         vector = (query + 0.3 * rng.standard_normal(dim) if near else rng.standard_normal(dim)).astype(np.float32)
         facts.append(

@@ -16,10 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tkg.backends.memory import InMemoryStore
+from tkg.backends.memory.sketches import Sketches
 from tkg.backends.memory.vectors import VectorIndex
 from tkg.models import Entity, Kind
 from tkg.storage import WriteBatch
 from tkg.timeline import make_scope
+from tkg.vector_sketches import EXACT_UP_TO, candidate_count, sketch
 
 DIM = 8
 
@@ -153,6 +155,7 @@ import sys
 from datetime import UTC, datetime
 import numpy as np
 from tkg.backends.memory import InMemoryStore
+from tkg.backends.memory.sketches import Sketches
 from tkg.models import Entity
 from tkg.storage import WriteBatch
 store = InMemoryStore(dim=768)
@@ -265,3 +268,22 @@ def test_a_vector_set_again_is_found_by_its_new_value() -> None:
     index.set(slot, query * 3)
     index.flush()
     assert index.search(query / np.linalg.norm(query), 1, mask)[0][0] == slot
+
+
+def test_the_candidates_are_the_closest_by_sketch_equal_distances_in_slot_order() -> None:
+    """The candidates scored exactly are the ``candidate_count`` closest by sketch, those at the cut taken in slot
+    order (as PostgreSQL's ORDER BY distance, seq LIMIT takes them), so both backends score the same ones; up to
+    EXACT_UP_TO, all of them. 8-d vectors: their sketches tie often."""
+    rng = np.random.default_rng(9)
+    vectors = rng.standard_normal((3 * EXACT_UP_TO, DIM)).astype(np.float32)
+    query = rng.standard_normal(DIM).astype(np.float32)
+    sketches = Sketches()
+    slots = np.sort(rng.choice(len(vectors), 2 * EXACT_UP_TO, replace=False))
+    distance = np.bitwise_count(sketch(vectors[slots]) ^ sketch(query[None, :])).sum(axis=1)
+    want = candidate_count(10, len(slots))
+    assert want < len(slots) and len(np.unique(distance)) < len(slots) // 10  # ties aplenty
+    expected = slots[np.lexsort((slots, distance))[:want]]
+    got = sketches.candidates(query, slots, 10, lambda wanted: vectors[wanted])
+    assert np.array_equal(got, np.sort(expected))
+    few = slots[:EXACT_UP_TO]
+    assert np.array_equal(sketches.candidates(query, few, 10, lambda wanted: vectors[wanted]), few)

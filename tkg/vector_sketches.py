@@ -23,12 +23,17 @@ SEED = 0x746B67  # fixed: sketches of the same vectors are the same in every pro
 # neighbours among them, not in order.
 OVERSAMPLE = 16
 MIN_CANDIDATES = 1024
+# Up to this many vectors are all scored exactly, sketched or not: exact answers where scoring them all is cheap
+# (about 1.5 ms for 4,096 at 384-d in memory) -- recall@32 of the sketch's 1,024 candidates is ~0.97, not 1.
+EXACT_UP_TO = 4096
 _BLAS_FROM = 256  # rows sketched at once from which a BLAS product beats einsum's ~22 us a row (384-d)
 
 
-def candidate_count(k: int) -> int:
-    """How many of the closest by sketch are scored exactly to find the closest ``k``."""
-    return max(k * OVERSAMPLE, MIN_CANDIDATES)
+def candidate_count(k: int, n: int) -> int:
+    """How many of ``n`` vectors, the closest by sketch, are scored exactly to find the closest ``k``: all of them
+    up to ``EXACT_UP_TO`` (or up to the candidates wanted), else ``OVERSAMPLE`` per result, at least
+    ``MIN_CANDIDATES``."""
+    return n if n <= EXACT_UP_TO else min(n, max(k * OVERSAMPLE, MIN_CANDIDATES))
 
 
 @lru_cache(maxsize=8)

@@ -50,9 +50,10 @@ class Sketches:
     def candidates(
         self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int, rows: Rows
     ) -> npt.NDArray[np.int64]:
-        """Among ``slots`` (ascending), those whose sketch is nearest ``query``'s: at least ``candidate_count(k)``
-        (all of them when there are not more), ties at the cut kept. ``rows(slots)`` gives raw vectors to sketch."""
-        want = candidate_count(k)
+        """Among ``slots`` (ascending), the ``candidate_count(k, len(slots))`` whose sketch is nearest ``query``'s,
+        equal distances in slot order: the candidates PostgreSQL takes by ``ORDER BY distance, seq LIMIT``.
+        ``rows(slots)`` gives raw vectors to sketch."""
+        want = candidate_count(k, len(slots))
         if len(slots) <= want:
             return slots
         self._sketch_missing(slots, rows)
@@ -65,9 +66,14 @@ class Sketches:
             distance += np.bitwise_count(values ^ np.uint64(bits))
         if dense:
             distance = distance[slots - low]
-        # The cut: the smallest distance at which at least `want` slots are that close (distances are small ints).
-        cut = int(np.searchsorted(np.cumsum(np.bincount(distance, minlength=BITS + 1)), want))
-        return slots[distance <= cut]
+        # The cut: the smallest distance at which at least `want` slots are that close (distances are small ints);
+        # all the closer ones are taken, and of those at the cut the first in slot order.
+        closer = np.cumsum(np.bincount(distance, minlength=BITS + 1))
+        cut = int(np.searchsorted(closer, want))
+        short = want - (int(closer[cut - 1]) if cut else 0)
+        taken = distance < cut
+        taken[np.flatnonzero(distance == cut)[:short]] = True
+        return slots[taken]
 
     def _sketch_missing(self, slots: npt.NDArray[np.int64], rows: Rows) -> None:
         size = int(slots[-1]) + 1

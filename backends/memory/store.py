@@ -448,9 +448,7 @@ class InMemoryStore(Store):
     ) -> list[tuple[Fact, float]]:
         table = self._tables[Kind.FACT]
         query = check_vectors(vector, self.dim)[0]
-        mask = np.zeros(table.alive.size, dtype=np.bool_)
-        mask[self._neighbourhood(entity_ids, relation, same)] = True
-        found = self._vectors[Kind.FACT].search(query, k, mask)
+        found = self._vectors[Kind.FACT].closest(query, k, self._neighbourhood(entity_ids, relation, same))
         return [(table.records[slot], score) for slot, score in found]  # type: ignore[misc]
 
     def _neighbourhood(self, entity_ids: Sequence[str], relation: str, same: bool) -> npt.NDArray[np.int64]:

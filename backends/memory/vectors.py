@@ -565,6 +565,20 @@ class VectorIndex:
         found.sort(key=lambda item: (-item[1], item[0]))
         return found[:k]
 
+    def closest(self, query: npt.NDArray[np.float32], k: int, slots: npt.NDArray[np.int64]) -> list[tuple[int, float]]:
+        """Top ``k`` of ``slots`` (ascending) by cosine, by the rule every backend finds the closest facts around
+        entities with (:mod:`tkg.vector_sketches`): of those with a vector, the ``candidate_count`` closest by
+        sketch (equal distances in slot order; all of them up to ``EXACT_UP_TO``) are scored exactly. Not the HNSW
+        graph: a neighbourhood's facts are a small share of it, or crowded out of its walk by the facts the filter
+        refuses (the other relations of a busy entity)."""
+        if k <= 0 or len(slots) == 0:
+            return []
+        slots = slots[slots < self.has_vec.size]
+        slots = slots[self.has_vec.view()[slots]]
+        if len(slots) == 0:
+            return []
+        return self._brute(query, self._sketches.candidates(query, slots, k, self._rows), k)
+
     def _brute(self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int) -> list[tuple[int, float]]:
         if len(slots) == 0:
             return []

@@ -17,7 +17,7 @@ from tkg.models import VECTOR_FIELD, Fact, Kind, Vector
 from tkg.storage import Hit
 from tkg.timeline import Scope
 from tkg.tokens import K1, B, idf, rank_score, tokenize
-from tkg.vector_sketches import BITS, candidate_count, sketch_text
+from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
 
 from .records import TEXT_KINDS, from_rows, select
 from .schema import TABLES
@@ -152,22 +152,23 @@ class Search(Session):
             "q": query,
             "k": int(k),
             "mine": sketch_text(query[None, :])[0],
-            "want": candidate_count(int(k)),
+            "want": candidate_count(int(k), EXACT_UP_TO + 1),
+            "exact": EXACT_UP_TO,
         }
         # The neighbourhood's sketches come from an index-only scan of the (entity, relation) indexes, which carry
-        # them (schema 6); the closest by sketch (all of them when there are not more) are read from the table and
-        # scored exactly, as the in-memory store does (tkg.vector_sketches). Not the HNSW index: its walk under this
-        # filter is crowded out by the facts the filter refuses, those of the other relations or of other entities.
+        # them (schema 6); the closest by sketch (all of them up to EXACT_UP_TO) are read from the table and scored
+        # exactly, as the in-memory store does (tkg.vector_sketches). Not the HNSW index: its walk under this filter
+        # is crowded out by the facts the filter refuses, those of the other relations or of other entities.
         columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
         op = "=" if same else "<>"
         statement = self._q(
-            "WITH around AS ("
+            "WITH around AS MATERIALIZED ("
             "SELECT seq, sketch FROM {s}.facts WHERE source_id = ANY(%(ids)s::text[]) "
             f"AND relation {op} %(relation)s AND sketch IS NOT NULL UNION ALL "
             "SELECT seq, sketch FROM {s}.facts WHERE target_id = ANY(%(ids)s::text[]) "
             f"AND relation {op} %(relation)s AND NOT source_id = ANY(%(ids)s::text[]) AND sketch IS NOT NULL), "
             f"closest AS (SELECT seq FROM around ORDER BY bit_count(sketch # %(mine)s::bit({BITS})), seq "
-            "LIMIT %(want)s), "
+            "LIMIT (SELECT CASE WHEN count(*) > %(exact)s THEN %(want)s END FROM around)), "
             "best AS (SELECT seq, embedding <=> %(q)s AS distance FROM {s}.facts "
             "WHERE seq IN (SELECT seq FROM closest) ORDER BY distance, seq LIMIT %(k)s) "
             f"{columns}, best.distance FROM best JOIN {{s}}.facts USING (seq) ORDER BY best.distance, seq"
