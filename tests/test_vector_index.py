@@ -287,3 +287,28 @@ def test_the_candidates_are_the_closest_by_sketch_equal_distances_in_slot_order(
     assert np.array_equal(got, np.sort(expected))
     few = slots[:EXACT_UP_TO]
     assert np.array_equal(sketches.candidates(query, few, 10, lambda wanted: vectors[wanted]), few)
+
+
+def test_searches_with_one_query_over_one_span_share_a_scan_that_sees_changed_vectors() -> None:
+    """An episode's two searches around an entity (its relation, then the others) ask with one query over one span
+    of slots: the second reads the first scan's distances. Its candidates are those of a fresh scan, and a vector
+    set again in between is sketched and measured anew (the old distances are not reused)."""
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((4 * EXACT_UP_TO, DIM)).astype(np.float32)
+    query = rng.standard_normal(DIM).astype(np.float32)
+    slots = np.arange(len(vectors))
+    mine = rng.random(len(vectors)) < 0.4
+    one, other = slots[~mine], slots[mine]  # the first scans the span whole, the second reads it
+
+    def rows(wanted: np.ndarray) -> np.ndarray:
+        return vectors[wanted]
+
+    sketches = Sketches()
+    sketches.candidates(query, one, 10, rows)
+    assert np.array_equal(sketches.candidates(query, other, 10, rows), Sketches().candidates(query, other, 10, rows))
+    far = int(other[np.argmin(vectors[other] @ query)])
+    assert far not in sketches.candidates(query, other, 10, rows)
+    vectors[far] = 2 * query  # the same direction: distance 0
+    sketches.forget(far)
+    sketches.candidates(query, one, 10, rows)
+    assert far in sketches.candidates(query, other, 10, rows)

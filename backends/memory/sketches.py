@@ -31,21 +31,27 @@ class Sketches:
     """The sketch of each slot's vector, kept column-wise (one array per 64-bit word) and computed lazily: a slot
     whose vector is set again or removed is marked stale and sketched again when a search next needs it."""
 
-    __slots__ = ("_ready", "_words")
+    __slots__ = ("_last", "_ready", "_version", "_words")
 
     def __init__(self) -> None:
         self._words = [Column(np.uint64, 0) for _ in range(WORDS)]
         self._ready = Column(np.bool_, False)
+        self._version = 0  # bumped whenever a sketch is made or marked stale
+        # The distances of the last span scanned whole: (query, version, first slot, distances). An episode's two
+        # searches around an entity (its relation, the others) ask with one query over one span of slots: the
+        # second reads the first's distances instead of scanning again.
+        self._last: tuple[bytes, int, int, npt.NDArray[np.uint16]] | None = None
 
     def nbytes(self) -> int:
-        """Bytes held: the sketches and their flags (the directions, BITS x dim floats, are shared by every store
-        of that dimension)."""
-        return self._ready.size * (WORDS * 8 + 1)
+        """Bytes held: the sketches, their flags and the last span's distances (the directions, BITS x dim floats,
+        are shared by every store of that dimension)."""
+        return self._ready.size * (WORDS * 8 + 1) + (self._last[3].nbytes if self._last is not None else 0)
 
     def forget(self, slot: int) -> None:
         """``slot``'s vector changed or went away."""
         if slot < self._ready.size:
             self._ready[slot] = False
+            self._version += 1
 
     def candidates(
         self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int, rows: Rows
@@ -57,15 +63,7 @@ class Sketches:
         if len(slots) <= want:
             return slots
         self._sketch_missing(slots, rows)
-        mine = sketch(query[None, :])[0]
-        low, high = int(slots[0]), int(slots[-1]) + 1
-        dense = 4 * len(slots) >= high - low  # scan the span and read it at the slots, else gather
-        distance = np.zeros(high - low if dense else len(slots), dtype=np.uint16)
-        for word, bits in zip(self._words, mine.tolist(), strict=True):
-            values = word.view()[low:high] if dense else word.view()[slots]
-            distance += np.bitwise_count(values ^ np.uint64(bits))
-        if dense:
-            distance = distance[slots - low]
+        distance = self._distances(query, slots)
         # The cut: the smallest distance at which at least `want` slots are that close (distances are small ints);
         # all the closer ones are taken, and of those at the cut the first in slot order.
         closer = np.cumsum(np.bincount(distance, minlength=BITS + 1))
@@ -74,6 +72,24 @@ class Sketches:
         taken = distance < cut
         taken[np.flatnonzero(distance == cut)[:short]] = True
         return slots[taken]
+
+    def _distances(self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64]) -> npt.NDArray[np.uint16]:
+        """The Hamming distance of each of ``slots``' sketches (all made) to ``query``'s."""
+        low, high = int(slots[0]), int(slots[-1]) + 1
+        key = query.tobytes()
+        last = self._last
+        if last is not None and last[:2] == (key, self._version) and last[2] <= low and high <= last[2] + len(last[3]):
+            return last[3][slots - last[2]]
+        mine = sketch(query[None, :])[0]
+        dense = 4 * len(slots) >= high - low  # scan the span and read it at the slots, else gather
+        distance = np.zeros(high - low if dense else len(slots), dtype=np.uint16)
+        for word, bits in zip(self._words, mine.tolist(), strict=True):
+            values = word.view()[low:high] if dense else word.view()[slots]
+            distance += np.bitwise_count(values ^ np.uint64(bits))
+        if not dense:
+            return distance
+        self._last = (key, self._version, low, distance)
+        return distance[slots - low]
 
     def _sketch_missing(self, slots: npt.NDArray[np.int64], rows: Rows) -> None:
         size = int(slots[-1]) + 1
@@ -86,3 +102,4 @@ class Sketches:
             for j, word in enumerate(self._words):
                 word.view()[part] = made[:, j]
             self._ready.view()[part] = True
+            self._version += 1
