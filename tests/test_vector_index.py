@@ -280,7 +280,7 @@ def test_the_candidates_are_the_closest_by_sketch_equal_distances_in_slot_order(
     sketches = Sketches()
     slots = np.sort(rng.choice(len(vectors), 2 * EXACT_UP_TO, replace=False))
     distance = np.bitwise_count(sketch(vectors[slots]) ^ sketch(query[None, :])).sum(axis=1)
-    want = candidate_count(10, len(slots))
+    want = candidate_count(10)
     assert want < len(slots) and len(np.unique(distance)) < len(slots) // 10  # ties aplenty
     expected = slots[np.lexsort((slots, distance))[:want]]
     got = sketches.candidates(query, slots, 10, lambda wanted: vectors[wanted])

@@ -29,11 +29,10 @@ EXACT_UP_TO = 4096
 _BLAS_FROM = 256  # rows sketched at once from which a BLAS product beats einsum's ~22 us a row (384-d)
 
 
-def candidate_count(k: int, n: int) -> int:
-    """How many of ``n`` vectors, the closest by sketch, are scored exactly to find the closest ``k``: all of them
-    up to ``EXACT_UP_TO`` (or up to the candidates wanted), else ``OVERSAMPLE`` per result, at least
-    ``MIN_CANDIDATES``."""
-    return n if n <= EXACT_UP_TO else min(n, max(k * OVERSAMPLE, MIN_CANDIDATES))
+def candidate_count(k: int) -> int:
+    """How many of the closest by sketch are scored exactly to find the closest ``k``, among more than
+    ``EXACT_UP_TO`` vectors (up to that many, all are)."""
+    return max(k * OVERSAMPLE, MIN_CANDIDATES)
 
 
 @lru_cache(maxsize=8)

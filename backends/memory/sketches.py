@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from tkg.vector_sketches import BITS, WORDS, candidate_count, sketch
+from tkg.vector_sketches import BITS, EXACT_UP_TO, WORDS, candidate_count, sketch
 
 from .arrays import Column
 
@@ -56,11 +56,11 @@ class Sketches:
     def candidates(
         self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int, rows: Rows
     ) -> npt.NDArray[np.int64]:
-        """Among ``slots`` (ascending), the ``candidate_count(k, len(slots))`` whose sketch is nearest ``query``'s,
-        equal distances in slot order: the candidates PostgreSQL takes by ``ORDER BY distance, seq LIMIT``.
-        ``rows(slots)`` gives raw vectors to sketch."""
-        want = candidate_count(k, len(slots))
-        if len(slots) <= want:
+        """Among ``slots`` (ascending), the ``candidate_count(k)`` whose sketch is nearest ``query``'s, equal
+        distances in slot order (the candidates PostgreSQL takes by ``ORDER BY distance, seq LIMIT``); all of them
+        up to ``EXACT_UP_TO``. ``rows(slots)`` gives raw vectors to sketch."""
+        want = candidate_count(k)
+        if len(slots) <= max(want, EXACT_UP_TO):
             return slots
         self._sketch_missing(slots, rows)
         distance = self._distances(query, slots)

@@ -152,7 +152,7 @@ class Search(Session):
             "q": query,
             "k": int(k),
             "mine": sketch_text(query[None, :])[0],
-            "want": candidate_count(int(k), EXACT_UP_TO + 1),
+            "want": candidate_count(int(k)),
             "exact": EXACT_UP_TO,
         }
         # The neighbourhood's sketches come from an index-only scan of the (entity, relation) indexes, which carry
