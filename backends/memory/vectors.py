@@ -577,6 +577,12 @@ class VectorIndex:
         slots = slots[self.has_vec.view()[slots]]
         if len(slots) == 0:
             return []
+        return self._by_sketch(query, slots, k)
+
+    def _by_sketch(
+        self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` of ``slots`` (ascending, all with a vector): the closest by sketch, scored exactly."""
         return self._brute(query, self._sketches.candidates(query, slots, k, self._rows), k)
 
     def _brute(self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int) -> list[tuple[int, float]]:
@@ -612,7 +618,7 @@ class VectorIndex:
                 return hits[:k]
         if passing <= _SKETCH_LIMIT:
             slots = np.flatnonzero(indexed)
-            return self._brute(query, self._sketches.candidates(query, slots, k, self._rows), k)
+            return self._by_sketch(query, slots, k)
         try:
             with self._graph_lock:
                 graph = self._ready_graph(k)
