@@ -155,7 +155,6 @@ import sys
 from datetime import UTC, datetime
 import numpy as np
 from tkg.backends.memory import InMemoryStore
-from tkg.backends.memory.sketches import Sketches
 from tkg.models import Entity
 from tkg.storage import WriteBatch
 store = InMemoryStore(dim=768)
