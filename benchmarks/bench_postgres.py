@@ -83,6 +83,26 @@ def run_backend(
     }
 
 
+def server_pss_mb(backend_pid: int) -> float | None:
+    """Proportional resident memory of the PostgreSQL server that runs ``backend_pid`` (its postmaster and every
+    child: shared buffers counted once), or None when the server is not a process of this machine we can read."""
+    try:
+        postmaster = int(Path(f"/proc/{backend_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        pids = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == postmaster:
+                pids.append(int(stat.parent.name))
+        kb = 0
+        for pid in pids:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    kb += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return kb / 1024
+
+
 def measure(
     backend: str, n_facts: int, episodes: int, queries: int, warmup: int, dsn: str | None, drop: bool = True
 ) -> dict[str, Any]:
@@ -98,7 +118,7 @@ def measure(
     query_texts = core.query_texts(rng, vocab, warmup + queries)
     if backend == "memory":
         out = run_backend(backend, InMemoryStore(dim=core.DIM), records, texts, query_texts, warmup)
-        out["database_mb"] = None
+        out["database_mb"] = out["server_pss_mb"] = None
     else:
         assert dsn is not None
         schema = f"bench_{n_facts}_{int(time.time())}"
@@ -112,6 +132,8 @@ def measure(
                 )
                 row = cur.fetchone()
                 out["database_mb"] = float(row[0]) / 2**20 if row else None
+                pid = cur.execute("SELECT pg_backend_pid()").fetchone()
+                out["server_pss_mb"] = server_pss_mb(int(pid[0])) if pid else None
                 if drop:
                     cur.execute(f'DROP SCHEMA "{schema}" CASCADE')
     out["build_records_s"] = build_s
@@ -120,9 +142,15 @@ def measure(
     return out
 
 
+def backends_at(n_facts: int, args: argparse.Namespace) -> tuple[str, ...]:
+    """The backends measured at ``n_facts``: the in-memory one only up to ``--memory-up-to`` (its own scale runs
+    are bench_scale.py's)."""
+    return tuple(b for b in BACKENDS if b != "memory" or args.memory_up_to is None or n_facts <= args.memory_up_to)
+
+
 def bench_size(n_facts: int, args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     result: dict[str, Any] = {"facts": n_facts}
-    for backend in BACKENDS:
+    for backend in backends_at(n_facts, args):
         result[backend] = core.in_fresh_process(
             measure, backend, n_facts, args.episodes, args.queries, args.warmup, dsn, args.drop
         )
@@ -136,7 +164,7 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
 
     The table has ``bench_scale.py``'s layout and row names where they apply (one column per size, here per size
     and backend), so its in-memory rows and these read together."""
-    runs = [(r["facts"], backend, r[backend]) for r in results for backend in BACKENDS]
+    runs = [(r["facts"], backend, r[backend]) for r in results for backend in BACKENDS if backend in r]
 
     def kb_per_fact(mb: float | None, facts: int) -> float | None:
         return None if mb is None else mb * 2**20 / facts / 1000
@@ -153,6 +181,7 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
         ["client KB per fact", *(kb_per_fact(b["rss_mb"]["store"], n) for n, _, b in runs)],
         ["database MB (server, tables + indexes)", *(b["database_mb"] for _, _, b in runs)],
         ["database KB per fact", *(kb_per_fact(b["database_mb"], n) for n, _, b in runs)],
+        ["server resident MB (PSS, at end)", *(b.get("server_pss_mb") for _, _, b in runs)],
     ]
     table = {
         "title": f"PostgreSQL beside in-memory: {args.episodes} episodes, {args.queries} queries per size",
@@ -164,7 +193,8 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "build = making the base graph's records and vectors (the same work for both) + Store.load with index "
             "builds. Each backend and size runs in its own process: client RSS at end = resident set once the "
             "records are dropped minus the same process's RSS after its imports (what the store keeps in the "
-            "client); peak includes building the records. database = the schema's tables and indexes on disk.",
+            "client); peak includes building the records. database = the schema's tables and indexes on disk; server "
+            "resident = the PostgreSQL processes' proportional set size at the end (shared memory counted once).",
             "Server: " + ("your --dsn" if args.dsn else "EmbeddedPostgres, default settings (shared_buffers 128 MB)"),
         ],
     }
@@ -179,7 +209,7 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "log_y": True,
             "x": sizes,
             "series": {
-                f"{backend} {q}": [r[backend][key][unit][q] for r in results]
+                f"{backend} {q}": [r[backend][key][unit][q] if backend in r else None for r in results]
                 for backend in BACKENDS
                 for q in ("p50", "p95")
             },
@@ -203,7 +233,7 @@ def print_report(results: list[dict[str, Any]]) -> None:
     head = ("N facts", "backend", "load s", "add p50", "add p95", "search p50", "search p95", "client RSS MB")
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, (9, 9, 8, 9, 9, 11, 11, 12), strict=True)))
     for r in results:
-        for backend in BACKENDS:
+        for backend in (b for b in BACKENDS if b in r):
             b = r[backend]
             add, search = b["add_episode"]["engine_ms"], b["search"]["total_ms"]
             print(
@@ -219,6 +249,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=100, help="measured add_episode calls per size and backend")
     parser.add_argument("--queries", type=int, default=200, help="measured searches per size and backend")
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured iterations before each measurement")
+    parser.add_argument(
+        "--memory-up-to", type=int, default=None, help="run the in-memory backend only at sizes up to this many facts"
+    )
     parser.add_argument("--dsn", default=None, help="your PostgreSQL (default: an embedded server)")
     parser.add_argument("--keep", dest="drop", action="store_false", help="keep the benchmark schemas")
     parser.add_argument("--quick", action="store_true", help="smoke: 2000 facts, 20 episodes, 20 queries")
