@@ -40,7 +40,7 @@ from tkg.storage import IndexExport, RecordSet, Sections
 from tkg.timeutil import to_micros
 
 from .arrays import Column
-from .tables import MAX, MIN, Table
+from .tables import MAX, MIN, IdSet, Table
 from .text import TextMismatch
 from .vectors import VectorIndex
 
@@ -305,11 +305,7 @@ def _restore_table(
                 by_label.setdefault(label, []).append(slot)
             for name in (entity.name, *entity.aliases):
                 key = (entity.group_id, normalize_name(name))
-                found = names.get(key)
-                if found is None:
-                    names[key] = {entity.id}
-                else:
-                    found.add(entity.id)
+                names.setdefault(key, {})[entity.id] = None
         for label, labelled in by_label.items():
             column = Column(np.bool_, False)
             column.ensure(size)
@@ -341,8 +337,8 @@ def _pick(values: list[str], at: npt.NDArray[np.int64]) -> list[str]:
     return [picked] if len(at) == 1 else list(picked)
 
 
-def _group_into(index: dict[str, set[str]], keys: list[str], values: list[str]) -> None:
-    """``index[key].add(value)`` for each pair, grouped with one sort instead of a Python loop per pair (bulk
+def _group_into(index: dict[str, IdSet], keys: list[str], values: list[str]) -> None:
+    """``index[key][value] = None`` for each pair, grouped with one sort instead of a Python loop per pair (bulk
     restores build millions of these sets)."""
     if not keys:
         return
@@ -351,7 +347,7 @@ def _group_into(index: dict[str, set[str]], keys: list[str], values: list[str]) 
     codes = np.fromiter(map(code.__getitem__, keys), dtype=np.int64, count=len(keys))
     ordered = _pick(values, np.argsort(codes, kind="stable"))
     ends = np.bincount(codes, minlength=len(unique)).cumsum().tolist()
-    groups = map(set, map(ordered.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+    groups = map(dict.fromkeys, map(ordered.__getitem__, map(slice, [0, *ends[:-1]], ends)))
     if not index:  # the usual case (a restore into an empty store): no merging, no Python loop
         index.update(zip(unique, groups, strict=True))
         return
@@ -360,4 +356,4 @@ def _group_into(index: dict[str, set[str]], keys: list[str], values: list[str]) 
         if found is None:
             index[key] = group
         else:
-            found |= group
+            found.update(group)

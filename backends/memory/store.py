@@ -38,7 +38,7 @@ from tkg.timeutil import to_micros
 from . import persist
 from .arrays import any_of
 from .maintenance import Maintenance, Task
-from .tables import MAX, MIN, Table, micros_or
+from .tables import MAX, MIN, IdSet, Table, micros_or
 from .text import TextIndex
 from .vectors import Mask, VectorIndex
 
@@ -129,15 +129,15 @@ class InMemoryStore(Store):
         self._relation_codes: dict[str, int] = {}
         self._masks: dict[tuple[Kind, Scope], tuple[int, int, int, Mask]] = {}  # key -> version, lo, hi, mask
         self._group_counts: dict[str, int] = {}
-        self._names: dict[tuple[str, str], set[str]] = {}
-        self._adjacent: dict[str, set[str]] = {}  # entity id -> ids of facts touching it
+        self._names: dict[tuple[str, str], IdSet] = {}
+        self._adjacent: dict[str, IdSet] = {}  # entity id -> ids of facts touching it
         self._entity_codes: dict[str, int] = {}  # entity id -> its code in the fact table's end columns
-        self._judging: dict[str, set[str]] = {}  # fact id -> ids of the facts whose verdicts name it
-        self._episode_facts: dict[str, set[str]] = {}
-        self._mentions_by_episode: dict[str, set[str]] = {}
-        self._mentions_by_entity: dict[str, set[str]] = {}
-        self._members_by_community: dict[str, set[str]] = {}
-        self._members_by_entity: dict[str, set[str]] = {}
+        self._judging: dict[str, IdSet] = {}  # fact id -> ids of the facts whose verdicts name it
+        self._episode_facts: dict[str, IdSet] = {}
+        self._mentions_by_episode: dict[str, IdSet] = {}
+        self._mentions_by_entity: dict[str, IdSet] = {}
+        self._members_by_community: dict[str, IdSet] = {}
+        self._members_by_entity: dict[str, IdSet] = {}
         self._timeline: dict[str, list[tuple[int, int]]] = {}  # group -> sorted (reference us, episode slot)
 
     # ------------------------------------------------------------------------------------------------------
@@ -196,11 +196,11 @@ class InMemoryStore(Store):
             table.source[slot] = codes.setdefault(record.source_id, len(codes))
             table.target[slot] = codes.setdefault(record.target_id, len(codes))
             for end in (record.source_id, record.target_id):
-                self._adjacent.setdefault(end, set()).add(record.id)
+                self._adjacent.setdefault(end, {})[record.id] = None
             for named in record.verdicts:
-                self._judging.setdefault(named, set()).add(record.id)
+                self._judging.setdefault(named, {})[record.id] = None
             for episode_id in record.episodes:
-                self._episode_facts.setdefault(episode_id, set()).add(record.id)
+                self._episode_facts.setdefault(episode_id, {})[record.id] = None
         elif isinstance(record, Episode):
             ref = to_micros(record.reference_time)
             table.valid[slot] = ref
@@ -208,13 +208,13 @@ class InMemoryStore(Store):
         elif isinstance(record, Entity):
             table.set_labels(slot, record.labels)
             for name in (record.name, *record.aliases):
-                self._names.setdefault((record.group_id, normalize_name(name)), set()).add(record.id)
+                self._names.setdefault((record.group_id, normalize_name(name)), {})[record.id] = None
         elif isinstance(record, Mention):
-            self._mentions_by_episode.setdefault(record.episode_id, set()).add(record.entity_id)
-            self._mentions_by_entity.setdefault(record.entity_id, set()).add(record.episode_id)
+            self._mentions_by_episode.setdefault(record.episode_id, {})[record.entity_id] = None
+            self._mentions_by_entity.setdefault(record.entity_id, {})[record.episode_id] = None
         elif isinstance(record, Membership):
-            self._members_by_community.setdefault(record.community_id, set()).add(record.entity_id)
-            self._members_by_entity.setdefault(record.entity_id, set()).add(record.community_id)
+            self._members_by_community.setdefault(record.community_id, {})[record.entity_id] = None
+            self._members_by_entity.setdefault(record.entity_id, {})[record.community_id] = None
         index = self._vectors.get(record.kind)
         if index is not None:
             if vector is None:
@@ -286,10 +286,10 @@ class InMemoryStore(Store):
         return live_texts
 
     @staticmethod
-    def _discard(index: dict[Any, set[str]], key: Any, value: str) -> None:
+    def _discard(index: dict[Any, IdSet], key: Any, value: str) -> None:
         values = index.get(key)
         if values is not None:
-            values.discard(value)
+            values.pop(value, None)
             if not values:
                 del index[key]
 

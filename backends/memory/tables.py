@@ -19,6 +19,11 @@ from .vectors import Mask
 MIN = np.iinfo(np.int64).min
 MAX = np.iinfo(np.int64).max
 
+#: The ids a secondary index keeps under one key (an entity's facts, an episode's mentions...), as the keys of a
+#: dict whose values are None: used as a set, but unlike a set not tracked by Python's cycle collector (a dict of
+#: strings only is left out of it), so a full garbage collection walks ~165,000 fewer objects at 100,000 facts.
+IdSet = dict[str, None]
+
 
 def micros_or(value: datetime | None, missing: int) -> int:
     return missing if value is None else to_micros(value)
