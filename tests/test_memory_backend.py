@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
+import numpy as np
 from conftest import T0
 
 from tkg.backends.memory import InMemoryStore
@@ -94,3 +96,45 @@ def test_secondary_indexes_add_no_object_for_the_cycle_collector_to_walk():
         assert added <= len(records) + 50, (fill, added, len(records))
         assert {f.id for f in store.facts_of(["e1"])} == {"f0", "f1"}
         assert [m.entity_id for m in store.mentions(episode_ids=["p7"])] == ["e7"]
+
+
+def test_the_closest_facts_see_every_write_between_two_reads_around_one_entity():
+    """An episode reads the facts around an entity twice (its relation, then the others) and the store splits the
+    neighbourhood once for both: a fact written, replaced or deleted between two reads is seen by the next one,
+    around a hot entity (most of the table) and around one of a few facts (read from the adjacency index)."""
+    rng = np.random.default_rng(2)
+    store = InMemoryStore(dim=16)
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"n{i}", created_at=T0) for i in range(400)]
+    store.write(WriteBatch(puts=entities))
+
+    def fact(i: int, source: str, target: str, relation: str) -> Fact:
+        vector = rng.standard_normal(16).astype(np.float32)
+        return Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id=source,
+            target_id=target,
+            relation=relation,
+            fact=f"fact {i}",
+            created_at=T0,
+            embedding=vector,
+        )
+
+    hot = [fact(i, "e0", f"e{1 + i % 399}", ("LIKES", "OWNS")[i % 2]) for i in range(600)]
+    quiet = [fact(1000 + i, "e1", f"e{2 + i}", "LIKES") for i in range(3)]
+    store.write(WriteBatch(puts=hot + quiet))
+    query = rng.standard_normal(16).astype(np.float32)
+    for around, relation, other in (("e0", "LIKES", "OWNS"), ("e1", "LIKES", "OWNS")):
+        for same in (True, False):
+            before = {f.id for f, _ in store.closest_facts([around], query, 1000, relation, same=same)}
+            added = fact(5000 + len(before), around, "e399", relation if same else other)
+            store.write(WriteBatch(puts=[added]))
+            after = {f.id for f, _ in store.closest_facts([around], query, 1000, relation, same=same)}
+            assert after == before | {added.id}, (around, same)
+            moved = dataclasses.replace(added, relation=other if same else relation)
+            store.write(WriteBatch(puts=[moved]))
+            assert {f.id for f, _ in store.closest_facts([around], query, 1000, relation, same=same)} == before
+            store.write(WriteBatch(deletes=[(Kind.FACT, added.id)]))
+            assert {f.id for f, _ in store.closest_facts([around], query, 1000, relation, same=not same)} == {
+                f.id for f in store.facts_of([around]) if (f.relation == relation) is not same
+            }

@@ -68,6 +68,8 @@ _SPARSE = 100
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
+Slots = npt.NDArray[np.int64]
+
 
 class InMemoryStore(Store):
     """A complete tkg store in process memory (one process; snapshots carry its indexes).
@@ -139,6 +141,9 @@ class InMemoryStore(Store):
         self._members_by_community: dict[str, IdSet] = {}
         self._members_by_entity: dict[str, IdSet] = {}
         self._timeline: dict[str, list[tuple[int, int]]] = {}  # group -> sorted (reference us, episode slot)
+        # The last neighbourhood split by relation: (the fact table's version, ends, relation) -> the slots with that
+        # relation and those with another. An episode asks for both around the same entities, one after the other.
+        self._around: tuple[tuple[Any, ...], Slots, Slots] | None = None
 
     # ------------------------------------------------------------------------------------------------------
     # writes
@@ -451,22 +456,34 @@ class InMemoryStore(Store):
         found = self._vectors[Kind.FACT].closest(query, k, self._neighbourhood(entity_ids, relation, same))
         return [(table.records[slot], score) for slot, score in found]  # type: ignore[misc]
 
-    def _neighbourhood(self, entity_ids: Sequence[str], relation: str, same: bool) -> npt.NDArray[np.int64]:
+    def _neighbourhood(self, entity_ids: Sequence[str], relation: str, same: bool) -> Slots:
         """The slots of live facts with an end among ``entity_ids`` and ``relation`` (``same``) or another one,
         in slot order."""
         table = self._tables[Kind.FACT]
+        ends = tuple(e for e in dict.fromkeys(entity_ids) if e in self._adjacent)
+        key = (table.version, ends, relation)
+        around = self._around
+        if around is None or around[0] != key:
+            with_relation, others = self._split_around(ends, relation)
+            with_relation.flags.writeable = others.flags.writeable = False  # shared by the two reads
+            around = self._around = (key, with_relation, others)
+        return around[1] if same else around[2]
+
+    def _split_around(self, ends: tuple[str, ...], relation: str) -> tuple[Slots, Slots]:
+        """The slots of live facts with an end among ``ends`` (all in the adjacency index): with ``relation``, and
+        with another one."""
+        table = self._tables[Kind.FACT]
         code = self._relation_codes.get(relation, -1)
-        ends = [e for e in dict.fromkeys(entity_ids) if e in self._adjacent]
         if sum(len(self._adjacent[e]) for e in ends) * _SPARSE <= table.alive.size:
             ids = set().union(*(self._adjacent[e] for e in ends)) if ends else set()
             slots = np.fromiter(sorted(table.slot_of[i] for i in ids), dtype=np.int64, count=len(ids))
             kept = table.relation.view()[slots] == code
-            return slots[kept if same else ~kept]
+            return slots[kept], slots[~kept]
         codes = [self._entity_codes[e] for e in ends]
         touching = any_of(table.source.view(), codes) | any_of(table.target.view(), codes)
+        touching &= table.alive.view()
         kept = table.relation.view() == code
-        touching &= table.alive.view() & (kept if same else ~kept)
-        return np.flatnonzero(touching)
+        return np.flatnonzero(touching & kept), np.flatnonzero(touching & ~kept)
 
     @_locked
     def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:

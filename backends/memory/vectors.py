@@ -571,10 +571,12 @@ class VectorIndex:
         sketch (equal distances in slot order; all of them up to ``EXACT_UP_TO``) are scored exactly. Not the HNSW
         graph: a neighbourhood's facts are a small share of it, or crowded out of its walk by the facts the filter
         refuses (the other relations of a busy entity)."""
-        if k <= 0:
+        if k <= 0 or len(slots) == 0:
             return []
-        slots = slots[slots < self.has_vec.size]
-        return self._by_sketch(query, slots[self.has_vec.view()[slots]], k)
+        has = self.has_vec.view()
+        if slots[-1] >= has.size:
+            slots = slots[slots < has.size]
+        return self._by_sketch(query, slots[has[slots]], k)
 
     def _by_sketch(
         self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int
