@@ -274,3 +274,42 @@ def test_context_respects_character_budget(memory):
     short = memory.context("knows", group_ids="g", limit=20, max_chars=300)
     assert len(short) <= 300 < len(full)
     assert short.splitlines()[2] == full.splitlines()[2]  # best-first: the top fact survives
+
+
+T = "2024-06-01T12:00:00Z"
+
+
+def test_an_entity_mentioned_again_with_nothing_new_is_not_written_again():
+    """Each episode writes the entities it creates or changes; one only mentioned again stays as stored (a rewrite
+    costs every index of the store an update: on PostgreSQL a new row version and a new HNSW entry). It is still
+    among the episode's entities, and the new mention links it to the episode."""
+    from tkg.backends.memory import InMemoryStore
+
+    class Recording(InMemoryStore):
+        def __init__(self) -> None:
+            super().__init__(dim=64)
+            self.entities_written: list[str] = []
+
+        def write(self, batch):
+            self.entities_written += [r.name for r in batch.puts if r.kind is Kind.ENTITY]
+            super().write(batch)
+
+    def handler(prompt: Prompt, model):
+        answer = extraction(prompt, model)
+        if "chess" in prompt.inputs["content"]:
+            answer["entities"] = [{"name": "Bob", "summary": "Bob plays chess."}]
+        return answer
+
+    store = Recording()
+    memory = Memory(store, embedder=HashEmbedder(dim=64), llm=ScriptedLLM(handler=handler), clock=FixedClock(T))
+    first = memory.add_episode("Alice: I met Bob.", group_id="team", reference_time=T)
+    assert sorted(store.entities_written) == ["Alice", "Bob"]
+    store.entities_written.clear()
+    again = memory.add_episode("Alice: Bob again.", group_id="team", reference_time=T)
+    assert store.entities_written == []
+    assert {e.id for e in again.entities} == {e.id for e in first.entities}
+    bob = next(e for e in first.entities if e.name == "Bob")
+    assert bob.id in {m.entity_id for m in memory.episode_mentions(again.episode.id)}
+    changed = memory.add_episode("Alice: Bob and chess.", group_id="team", reference_time=T)
+    assert store.entities_written == ["Bob"]  # his summary changed; Alice did not
+    assert next(e for e in changed.entities if e.name == "Bob").summary == "Bob plays chess."

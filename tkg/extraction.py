@@ -69,9 +69,17 @@ class GraphPlan:
     warnings: list[str] = field(default_factory=list)
     #: How each decision was made: exact / fuzzy / llm entity merges, verbatim / llm duplicates, invalidations ...
     decisions: dict[str, int] = field(default_factory=dict)
+    #: Stored entities as the plan read them, before this episode absorbed its mentions into them.
+    read: dict[str, Entity] = field(default_factory=dict)
 
     def count(self, what: str, n: int = 1) -> None:
         self.decisions[what] = self.decisions.get(what, 0) + n
+
+    def changed_entities(self) -> list[Entity]:
+        """The entities the episode writes: new ones and stored ones it changed. One mentioned again with nothing
+        new to absorb stays as stored: rewriting it would cost every index of the store an update for nothing (on
+        PostgreSQL a new row version, so a new HNSW entry for an unchanged vector)."""
+        return [e for i, e in self.entities.items() if self.read.get(i) != e]
 
 
 @dataclass(slots=True)
@@ -469,6 +477,8 @@ class EpisodePlanner:
             if current is None:
                 record = self.store.get(Kind.ENTITY, [target])[0]
                 current = record if isinstance(record, Entity) else None
+                if current is not None:
+                    plan.read[current.id] = current
         if current is None:
             plan.count("entity_new")
             current = Entity(id=new_id(), group_id=self.group, name=entity.name, created_at=self.now)

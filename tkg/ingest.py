@@ -307,7 +307,7 @@ class Ingestor:
         episode = dataclasses.replace(episode, embedding=vectors[episode.content])
         self._embed_plan(plan, vectors)
         with self.locks.write():
-            puts: list[Record] = [episode, *plan.entities.values(), *plan.facts.values(), *plan.mentions.values()]
+            puts: list[Record] = [episode, *plan.changed_entities(), *plan.facts.values(), *plan.mentions.values()]
             deletes: list[tuple[Kind, str]] = []
             if self.communities is not None and (plan.entities or plan.facts):
                 update = self.communities.extend(self.store, plan.entities.values(), plan.facts.values(), now=now)
