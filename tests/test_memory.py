@@ -313,3 +313,39 @@ def test_an_entity_mentioned_again_with_nothing_new_is_not_written_again():
     changed = memory.add_episode("Alice: Bob and chess.", group_id="team", reference_time=T)
     assert store.entities_written == ["Bob"]  # his summary changed; Alice did not
     assert next(e for e in changed.entities if e.name == "Bob").summary == "Bob plays chess."
+
+
+def test_an_episode_looks_its_names_up_at_once_and_reads_no_entity_twice():
+    """Planning an episode reads the stored entities of all its names in one call and keeps them: placing an
+    entity found by name reads it no second time (each read is a round trip on PostgreSQL)."""
+    from collections import Counter
+
+    from tkg.backends.memory import InMemoryStore
+
+    class Counting(InMemoryStore):
+        def __init__(self) -> None:
+            super().__init__(dim=64)
+            self.calls: Counter[str] = Counter()
+
+        def entities_by_name(self, group_id, names):
+            self.calls["entities_by_name"] += 1
+            return super().entities_by_name(group_id, names)
+
+        def get(self, kind, ids):
+            if kind is Kind.ENTITY:
+                self.calls["entities read by id"] += len(ids)
+            return super().get(kind, ids)
+
+    store = Counting()
+    memory = Memory(
+        store,
+        embedder=HashEmbedder(dim=64),
+        llm=ScriptedLLM(handler=extraction),
+        clock=FixedClock(T),
+        config=MemoryConfig(communities=None),
+    )
+    first = memory.add_episode("Alice: I met Bob and Carol.", group_id="team", reference_time=T)
+    store.calls.clear()
+    again = memory.add_episode("Alice: Bob and Carol again.", group_id="team", reference_time=T)
+    assert store.calls == {"entities_by_name": 1}
+    assert {e.id for e in again.entities} == {e.id for e in first.entities}

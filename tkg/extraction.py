@@ -116,6 +116,8 @@ class EpisodePlanner:
         self.vectors = dict(vectors or {})
         self._scope = make_scope(now, [self.group], include_invalidated=True)
         self._verdicts: dict[str, tuple[str | None, tuple[Entity, ...], str]] = {}
+        self._named: dict[str, list[Entity]] = {}  # normalised name -> the stored entities of that exact name
+        self._entities: dict[str, Entity] = {}  # the stored entities read so far, by id
         self._pairs: dict[tuple[str, str], list[Fact]] = {}
         self._slots: dict[tuple[str, str], list[Fact]] = {}
         self._times: dict[str, datetime] = {}
@@ -125,6 +127,7 @@ class EpisodePlanner:
     # -- phase 1 --------------------------------------------------------------------------------------------
     def questions(self, draft: Draft) -> Questions:
         out = Questions()
+        self._look_up([e.name for e in draft.entities])
         for entity in draft.entities:
             match, maybe, _ = self._verdict(entity.name)
             if match is None and maybe:
@@ -316,7 +319,8 @@ class EpisodePlanner:
         key = normalize_name(name)
         if key in self._verdicts:
             return self._verdicts[key]
-        exact = self.store.entities_by_name(self.group, [name]).get(key, [])
+        self._look_up([name])
+        exact = self._named[key]
         if len(exact) == 1:
             result: tuple[str | None, tuple[Entity, ...], str] = (exact[0].id, (), "exact")
         else:
@@ -331,11 +335,25 @@ class EpisodePlanner:
             ids = [i for i in [*cosines, *(h.id for h in text_hits)] if i not in candidates]
             for record in self.store.get(Kind.ENTITY, list(dict.fromkeys(ids))):
                 if isinstance(record, Entity):
-                    candidates[record.id] = record
+                    candidates[record.id] = self._entities[record.id] = record
             verdict = judge(name, list(candidates.values()), cosines, self.settings.rules)
             result = (verdict.match, verdict.ambiguous, verdict.reason)
         self._verdicts[key] = result
         return result
+
+    def _look_up(self, names: Sequence[str]) -> None:
+        """Read the stored entities of each of ``names`` not read yet, in one call (the store does not change while
+        an episode is planned: the group's lock is held)."""
+        missing: dict[str, str] = {}
+        for name in names:
+            key = normalize_name(name)
+            if key not in self._named:
+                missing.setdefault(key, name)
+        if missing:
+            found = self.store.entities_by_name(self.group, list(missing.values()))
+            for key in missing:
+                self._named[key] = found.get(key, [])
+                self._entities.update((e.id, e) for e in self._named[key])
 
     def _between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         """The stored facts between the two entities of any pair, either way round (cached per episode: the store
@@ -475,8 +493,10 @@ class EpisodePlanner:
         if target is not None:
             current = plan.entities.get(target)
             if current is None:
-                record = self.store.get(Kind.ENTITY, [target])[0]
-                current = record if isinstance(record, Entity) else None
+                current = self._entities.get(target)
+                if current is None:
+                    record = self.store.get(Kind.ENTITY, [target])[0]
+                    current = record if isinstance(record, Entity) else None
                 if current is not None:
                     plan.read[current.id] = current
         if current is None:
