@@ -317,7 +317,7 @@ def test_an_entity_mentioned_again_with_nothing_new_is_not_written_again():
 
 def test_an_episode_looks_its_names_up_at_once_and_reads_no_entity_twice():
     """Planning an episode reads the stored entities of all its names in one call and keeps them: placing an
-    entity found by name reads it no second time (each read is a round trip on PostgreSQL)."""
+    entity found by name reads it no second time (each read is a round trip on PostgreSQL). Structured facts too."""
     from collections import Counter
 
     from tkg.backends.memory import InMemoryStore
@@ -349,3 +349,7 @@ def test_an_episode_looks_its_names_up_at_once_and_reads_no_entity_twice():
     again = memory.add_episode("Alice: Bob and Carol again.", group_id="team", reference_time=T)
     assert store.calls == {"entities_by_name": 1}
     assert {e.id for e in again.entities} == {e.id for e in first.entities}
+    store.calls.clear()  # structured facts take the same path without the LLM
+    added = memory.add_facts([FactInput("Bob", "KNOWS", "Carol"), FactInput("Alice", "KNOWS", "Bob")], group_id="team")
+    assert store.calls == {"entities_by_name": 1}
+    assert {e.id for e in added.entities} == {e.id for e in first.entities}

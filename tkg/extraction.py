@@ -392,6 +392,7 @@ class EpisodePlanner:
                 sum(c.relation != open_fact.fact.relation for c in open_fact.candidates),
             )
         same_as = self._entity_answers(questions, answer, plan)
+        self._look_up([e.name for e in draft.entities])
         ids: dict[str, str] = {}
         for entity in draft.entities:
             ids[normalize_name(entity.name)] = self._place(entity, same_as, plan)
