@@ -104,7 +104,14 @@ def server_pss_mb(backend_pid: int) -> float | None:
 
 
 def measure(
-    backend: str, n_facts: int, episodes: int, queries: int, warmup: int, dsn: str | None, drop: bool = True
+    backend: str,
+    n_facts: int,
+    episodes: int,
+    queries: int,
+    warmup: int,
+    dsn: str | None,
+    drop: bool = True,
+    build_memory_mb: int = 1024,
 ) -> dict[str, Any]:
     """One backend at one size, in the calling process (run it in a fresh one: RSS is per process)."""
     gc.collect()
@@ -122,7 +129,7 @@ def measure(
     else:
         assert dsn is not None
         schema = f"bench_{n_facts}_{int(time.time())}"
-        with PostgresStore(dsn, dim=core.DIM, schema=schema) as store:
+        with PostgresStore(dsn, dim=core.DIM, schema=schema, build_memory_mb=build_memory_mb) as store:
             out = run_backend(backend, store, records, texts, query_texts, warmup)
             with store._connection().cursor() as cur:
                 cur.execute(
@@ -152,7 +159,7 @@ def bench_size(n_facts: int, args: argparse.Namespace, dsn: str) -> dict[str, An
     result: dict[str, Any] = {"facts": n_facts}
     for backend in backends_at(n_facts, args):
         result[backend] = core.in_fresh_process(
-            measure, backend, n_facts, args.episodes, args.queries, args.warmup, dsn, args.drop
+            measure, backend, n_facts, args.episodes, args.queries, args.warmup, dsn, args.drop, args.build_memory_mb
         )
         b = result[backend]
         print(f"    {backend}: load {b['load_s']:.1f} s, client RSS {b['rss_mb']['store']:,.0f} MB", flush=True)
@@ -195,7 +202,9 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "records are dropped minus the same process's RSS after its imports (what the store keeps in the "
             "client); peak includes building the records. database = the schema's tables and indexes on disk; server "
             "resident = the PostgreSQL processes' proportional set size at the end (shared memory counted once).",
-            "Server: " + ("your --dsn" if args.dsn else "EmbeddedPostgres, default settings (shared_buffers 128 MB)"),
+            "Server: "
+            + ("your --dsn" if args.dsn else "EmbeddedPostgres, default settings (shared_buffers 128 MB)")
+            + f"; index builds in load with {args.build_memory_mb:,} MB (PostgresStore(build_memory_mb=...))",
         ],
     }
     sizes = [r["facts"] for r in results]
@@ -251,6 +260,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured iterations before each measurement")
     parser.add_argument(
         "--memory-up-to", type=int, default=None, help="run the in-memory backend only at sizes up to this many facts"
+    )
+    parser.add_argument(
+        "--build-memory-mb",
+        type=int,
+        default=1024,
+        help="PostgresStore(build_memory_mb=...): the server's memory for index builds in load (4096 for 1M facts)",
     )
     parser.add_argument("--dsn", default=None, help="your PostgreSQL (default: an embedded server)")
     parser.add_argument("--keep", dest="drop", action="store_false", help="keep the benchmark schemas")

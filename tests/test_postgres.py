@@ -222,6 +222,33 @@ def test_load_needs_an_empty_store(store: PostgresStore) -> None:
     assert store.count(Kind.ENTITY) == 1
 
 
+def test_load_builds_its_indexes_with_the_memory_it_is_given(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``build_memory_mb`` is the server's maintenance_work_mem while load() builds the search indexes (pgvector
+    builds HNSW ten times faster while the graph fits in it), and only then; out of range, a clear error."""
+    seen: list[str] = []
+    real = psycopg.Cursor.execute
+
+    def spy(cur: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
+        text = query if isinstance(query, str) else query.as_string(cur.connection)
+        if "USING hnsw" in text:
+            seen.append(real(cur, "SHOW maintenance_work_mem").fetchone()[0])
+        return real(cur, query, params, **kw)
+
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), build_memory_mb=96) as store:
+        monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+        store.load([Entity(id="e1", group_id="g", name="A", created_at=T0, name_embedding=EMB.embed(["A"])[0])])
+        monkeypatch.undo()
+        assert seen and set(seen) == {"96MB"}
+        with store._connection().cursor() as cur:
+            assert cur.execute("SHOW maintenance_work_mem").fetchone()[0] != "96MB"
+        assert [h.id for h in store.vector_search(Kind.ENTITY, EMB.embed(["A"])[0], 1, make_scope(T0, ["g"]))] == ["e1"]
+    for wrong in (0, 63, 2**21 + 1, 1.5, "1GB"):
+        with pytest.raises(ValidationError, match="build_memory_mb"):
+            PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), build_memory_mb=wrong)  # type: ignore[arg-type]
+
+
 # -- schema versions and migrations -----------------------------------------------------------------------------
 def test_a_newer_schema_is_refused_and_left_alone(server: EmbeddedPostgres) -> None:
     schema = new_postgres_schema()

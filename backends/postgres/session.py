@@ -45,9 +45,13 @@ class Session(Store):
         text_config: str = "english",
         ef_search: int = 64,
         connect_timeout: int = 10,
+        build_memory_mb: int = 1024,
     ) -> None:
         if not isinstance(dim, int) or dim < 1 or dim > 16000:
             raise ValidationError("dim must be a positive integer (pgvector indexes up to 2000 dimensions)")
+        if not isinstance(build_memory_mb, int) or not 64 <= build_memory_mb <= 2**21:
+            raise ValidationError("build_memory_mb must be an integer from 64 to 2097152 (PostgreSQL's limit, 2 TB)")
+        self._build_memory_mb = build_memory_mb
         if not _SCHEMA_RE.match(schema):
             raise ValidationError(f"schema {schema!r} is invalid: use 1-63 lower-case letters, digits and _")
         self.dim = dim

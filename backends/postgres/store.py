@@ -22,6 +22,9 @@ class PostgresStore(Writes, Reads, Search):
 
     ``dsn`` is a libpq connection string or URI (``"postgresql://user:pass@host:5432/db"``). The tables live in
     ``schema`` (created, or upgraded, on open). ``dim`` must match the database's vectors once it holds a memory.
+    ``build_memory_mb`` is the memory the server may use to build a search index in :meth:`load`
+    (``maintenance_work_mem``): pgvector builds an HNSW graph quickly while it fits in it (~2 KB per 384-d vector)
+    and about ten times more slowly past that; raise it to ~4,096 to load a million facts at 384-d.
 
     >>> from tkg.backends.postgres import EmbeddedPostgres  # doctest: +SKIP
     >>> server = EmbeddedPostgres()  # doctest: +SKIP

@@ -36,7 +36,7 @@ class Writes(Session):
         def body(cur: psycopg.Cursor[Any]) -> None:
             if cur.execute(self._q("SELECT 1 FROM {s}.counts LIMIT 1")).fetchone() is not None:
                 raise BackendError(f"load() needs an empty store; schema {self.schema!r} already holds records")
-            cur.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            cur.execute("SELECT set_config('maintenance_work_mem', %s, true)", [f"{self._build_memory_mb}MB"])
             for name in SEARCH_INDEXES:
                 cur.execute(self._q(f"DROP INDEX IF EXISTS {{s}}.{name}"))
             self._apply(cur, planned, [])
