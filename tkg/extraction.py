@@ -69,8 +69,8 @@ class GraphPlan:
     warnings: list[str] = field(default_factory=list)
     #: How each decision was made: exact / fuzzy / llm entity merges, verbatim / llm duplicates, invalidations ...
     decisions: dict[str, int] = field(default_factory=dict)
-    #: Stored entities as the plan read them, before this episode absorbed its mentions into them.
-    read: dict[str, Entity] = field(default_factory=dict)
+    #: The stored entities the planner read, as stored (before this episode absorbed its mentions into them).
+    stored: dict[str, Entity] = field(default_factory=dict)
 
     def count(self, what: str, n: int = 1) -> None:
         self.decisions[what] = self.decisions.get(what, 0) + n
@@ -79,7 +79,7 @@ class GraphPlan:
         """The entities the episode writes: new ones and stored ones it changed. One mentioned again with nothing
         new to absorb stays as stored: rewriting it would cost every index of the store an update for nothing (on
         PostgreSQL a new row version, so a new HNSW entry for an unchanged vector)."""
-        return [e for i, e in self.entities.items() if self.read.get(i) != e]
+        return [e for i, e in self.entities.items() if self.stored.get(i) != e]
 
 
 @dataclass(slots=True)
@@ -382,7 +382,7 @@ class EpisodePlanner:
     # -- phase 2 --------------------------------------------------------------------------------------------
     def build(self, draft: Draft, questions: Questions | None = None, answer: Resolution | None = None) -> GraphPlan:
         """The plan for ``draft``, applying ``answer`` (the LLM's reply to ``questions``) where it is valid."""
-        plan = GraphPlan(warnings=list(draft.warnings))
+        plan = GraphPlan(warnings=list(draft.warnings), stored=self._entities)
         questions = questions if questions is not None else Questions()
         for open_fact in questions.facts:  # what the batched resolution call was asked, for the cost reports
             plan.count("fact_questions")
@@ -492,14 +492,11 @@ class EpisodePlanner:
             plan.count(f"entity_{reason if match else 'llm'}")
         current: Entity | None = None
         if target is not None:
-            current = plan.entities.get(target)
+            current = plan.entities.get(target) or self._entities.get(target)
             if current is None:
-                current = self._entities.get(target)
-                if current is None:
-                    record = self.store.get(Kind.ENTITY, [target])[0]
-                    current = record if isinstance(record, Entity) else None
-                if current is not None:
-                    plan.read[current.id] = current
+                record = self.store.get(Kind.ENTITY, [target])[0]
+                if isinstance(record, Entity):
+                    current = self._entities[record.id] = record
         if current is None:
             plan.count("entity_new")
             current = Entity(id=new_id(), group_id=self.group, name=entity.name, created_at=self.now)
