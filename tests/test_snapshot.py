@@ -240,9 +240,10 @@ def _internals(store: InMemoryStore) -> dict[str, object]:
     out: dict[str, object] = {}
     for kind, table in store._tables.items():
         # trailing deleted slots are not restored (nothing refers to them)
-        size = max((i + 1 for i, r in enumerate(table.records) if r is not None), default=0)
-        out[f"{kind}.records"] = [None if r is None else r.id for r in table.records[:size]]
-        out[f"{kind}.slot_of"] = {r.id: table.slot_of[r.id] for r in table.records if r is not None}  # live ones
+        records = [table.record(slot) for slot in range(len(table.rows))]
+        size = max((i + 1 for i, r in enumerate(records) if r is not None), default=0)
+        out[f"{kind}.records"] = [None if r is None else r.id for r in records[:size]]
+        out[f"{kind}.slot_of"] = {r.id: table.slot_of[r.id] for r in records if r is not None}  # live ones
         out[f"{kind}.live"] = table.live
         out[f"{kind}.alive"] = table.alive.view()[:size].tolist()
         alive = table.alive.view()[:size]

@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
-import bm25s
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -21,7 +20,7 @@ from hypothesis import strategies as st
 
 from tkg.backends.memory import text as text_module
 from tkg.backends.memory import vectors as vectors_module
-from tkg.backends.memory.text import FORMAT, TextIndex, TextMismatch, term_frequencies, tokenize
+from tkg.backends.memory.text import FORMAT, TextIndex, TextMismatch, tokenize
 from tkg.backends.memory.vectors import top_k
 from tkg.tokens import K1, B, idf, rank_score
 
@@ -69,24 +68,32 @@ def definition(texts: dict[int, str], query: str, k: int, mask: npt.NDArray[np.b
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     corpus=st.lists(
-        st.tuples(st.lists(st.sampled_from(WORDS), max_size=6), st.integers(0, 3000)), min_size=1, max_size=30
+        st.tuples(st.lists(st.sampled_from(WORDS), max_size=6), st.integers(0, 3000)), min_size=1, max_size=80
     )
 )
-def test_term_frequencies_are_recovered_exactly_from_bm25s_scores(corpus: list[tuple[list[str], int]]) -> None:
-    # documents of a few words, some repeating one word up to 3,000 times (long JSON episodes do)
-    documents = [tokenize(" ".join([*words, *["omega"] * repeat])) for words, repeat in corpus]
-    model = bm25s.BM25(k1=K1, b=B, method="lucene", dtype="float64")
-    model.index([d or [""] for d in documents], show_progress=False)
-    lengths = np.array([len(d) for d in documents], dtype=np.int64)
-    tf = term_frequencies(model.scores, lengths)
-    vocab = model.vocab_dict
-    indptr, indices = model.scores["indptr"], model.scores["indices"]
-    for term, column in vocab.items():
-        if column + 1 >= len(indptr):
-            continue  # the empty token bm25s appends without a column
-        for at in range(int(indptr[column]), int(indptr[column + 1])):
-            document = documents[int(indices[at])]
-            assert tf[at] == (document.count(term) if term else 1)
+def test_a_built_index_holds_each_documents_term_counts_and_hands_the_lock_over(
+    corpus: list[tuple[list[str], int]],
+) -> None:
+    # documents of a few words (some none at all), some repeating one word up to 3,000 times (long JSON episodes do)
+    texts = [" ".join([*words, *["omega"] * repeat]) for words, repeat in corpus]
+    docs = [(3 * i + 1, text) for i, text in enumerate(texts)]  # slots with holes
+    pauses = []
+    built = text_module._build(iter([*docs[1::2], *docs[::2]]), pause=lambda: pauses.append(1))  # any order
+    assert len(pauses) == len(docs) // text_module._PAUSE_EVERY
+    assert built.slots.tolist() == [slot for slot, _ in docs]  # main positions in slot order
+    expected = [Counter(tokenize(text)) for text in texts]
+    assert built.lengths.tolist() == [sum(c.values()) for c in expected]
+    assert [built.tokens(at) for at in range(len(docs))] == [tokenize(text) for text in texts]
+    assert built.df == Counter(term for c in expected for term in c)
+    found: list[Counter[str]] = [Counter() for _ in docs]
+    if built.main is not None:
+        scores, vocab = built.main.scores, built.main.vocab_dict
+        assert scores["num_docs"] == len(docs)
+        for term, column in vocab.items():
+            for at in range(int(scores["indptr"][column]), int(scores["indptr"][column + 1])):
+                assert found[int(scores["indices"][at])][term] == 0  # one posting per (term, document)
+                found[int(scores["indices"][at])][term] = int(scores["data"][at])
+    assert found == expected
 
 
 def test_a_saved_index_of_the_old_layout_is_refused() -> None:

@@ -143,6 +143,18 @@ def _enum_of(cls: type, name: str) -> type[enum.Enum] | None:
     return _model_enum(_annotation(cls, name))
 
 
+def enum_fields(cls: type) -> dict[str, tuple[str, dict[str, enum.Enum]]]:
+    """The fields of a record type that hold members of a model enum -- as their value (``val``) or as the values
+    of a map (``map``) -- with the members by value."""
+    out: dict[str, tuple[str, dict[str, enum.Enum]]] = {}
+    for name, code in field_codes(cls):
+        if code == "val" and (found := _enum_of(cls, name)) is not None:
+            out[name] = (code, {m.value: m for m in found})
+        elif code == "map" and (members := _map_members(cls, name)) is not None:
+            out[name] = (code, members)
+    return out
+
+
 def _map_members(cls: type, name: str) -> dict[str, enum.Enum] | None:
     """For a map field whose values are an enum of the models (a fact's verdicts), the members by value."""
     found = _model_enum(_annotation(cls, name).rstrip("]").rpartition(",")[2])
@@ -235,15 +247,24 @@ class TimeCache:
         return ([picked] if n == 1 else list(picked)), array
 
 
-def _maker(cls: type) -> Callable[..., Record]:
-    """A constructor that sets every slot without re-running validation: the records were validated when they
-    were stored, and the section they come from has just passed its checksum."""
+def record_maker(cls: type, wrap: Mapping[str, Callable[[Any], Any]] | None = None) -> Callable[..., Record]:
+    """A constructor of ``cls`` taking every field positionally, in field order, that sets the slots without
+    re-running validation (for records validated when they were stored). ``wrap`` converts the values of some
+    fields first (field name -> function)."""
     names = [f.name for f in dataclasses.fields(cls)]
+    wrap = wrap or {}
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    body = []
+    for i, name in enumerate(names):
+        scope[f"s{i}"] = cls.__dict__[name].__set__  # the slot's own setter: a frozen record refuses setattr
+        value = f"a{i}"
+        if name in wrap:
+            scope[f"w{i}"] = wrap[name]
+            value = f"w{i}({value})"
+        body.append(f"    s{i}(o, {value})\n")
     args = ", ".join(f"a{i}" for i in range(len(names)))
-    body = "".join(f"    s(o, {name!r}, a{i})\n" for i, name in enumerate(names))
-    source = f"def make({args}):\n    o = new(cls)\n{body}    return o\n"
-    scope: dict[str, Any] = {"new": object.__new__, "s": object.__setattr__, "cls": cls}
-    exec(source, scope)  # generated from the dataclass's own field names, nothing from the file
+    source = f"def make({args}):\n    o = new(cls)\n{''.join(body)}    return o\n"
+    exec(source, scope)  # generated from the dataclass's own field names, nothing from a file
     return scope["make"]  # type: ignore[no-any-return]
 
 
@@ -300,7 +321,7 @@ def decode_columns(
         if len(values) != n:
             raise ValueError(f"column {name} has {len(values)} values for {n} records")
         columns.append(values)
-    records = list(map(_maker(cls), *columns)) if n else []
+    records = list(map(record_maker(cls), *columns)) if n else []
     if kind in (Kind.EPISODE, Kind.ENTITY, Kind.COMMUNITY):
         for record in records:
             refs[record.id] = record.id  # later kinds point here: share the id strings

@@ -13,7 +13,9 @@ from bm25s.stopwords import STOPWORDS_EN
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(STOPWORDS_EN)
-_STEMMER = Stemmer.Stemmer("english")
+# Without PyStemmer's own cache (its words are kept as lists, up to 10,000, which the cycle collector walks at every
+# full collection): _stem's lru_cache in front of it caches the stems already.
+_STEMMER = Stemmer.Stemmer("english", 0)
 
 #: BM25's constants (the Lucene variant: idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
 #: tf part = tf / (K1 * (1 - B + B * dl / avgdl) + tf)).

@@ -21,7 +21,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ import numpy.typing as npt
 from tkg.codec import NO_TIME
 from tkg.errors import BackendError
 from tkg.integrity import check_write, nothing_stored
-from tkg.models import Entity, Fact, Kind, Record, search_text
+from tkg.models import VECTOR_FIELD, Entity, Fact, Kind, Record, search_text
 from tkg.names import normalize_name
 from tkg.snapshot import pack
 from tkg.storage import IndexExport, RecordSet, Sections
@@ -58,7 +58,7 @@ def export_indexes(store: InMemoryStore) -> IndexExport:
     """The store's index sections, its time columns and a gather of its vectors (see the module docstring)."""
     tables, vectors, texts = store._tables, store._vectors, store._texts
     slots = {
-        kind: np.fromiter((s for s, r in enumerate(t.records) if r is not None), dtype=np.int64, count=t.live)
+        kind: np.fromiter((s for s, r in enumerate(t.rows) if r is not None), dtype=np.int64, count=t.live)
         for kind, t in tables.items()
     }
     sections: dict[str, bytes | npt.NDArray[Any]] = {}
@@ -123,7 +123,7 @@ def restore(store: InMemoryStore, records: RecordSet, sections: Sections | None)
     """Bulk-load a snapshot's records into this empty store, reusing its index sections where they fit the
     records (each is checked; one that does not fit is rebuilt). Returns, per index, whether it was ``loaded``
     or ``rebuilt``."""
-    if any(t.records for t in store._tables.values()):
+    if any(t.rows for t in store._tables.values()):
         raise BackendError("restore() needs an empty store")
     version = sections.version if sections is not None else 1
     if sections is None or version < 2:
@@ -175,7 +175,7 @@ def restore(store: InMemoryStore, records: RecordSet, sections: Sections | None)
         try:
             if state is None:
                 raise TextMismatch("no saved text index")
-            text.restore(state, slot_map[kind], lambda slot, t=table: search_text(t.records[slot]))  # type: ignore[misc, arg-type]
+            text.restore(state, slot_map[kind], lambda slot, t=table: search_text(t.record(slot)))  # type: ignore[misc, arg-type]
             report["text"][kind.value] = "loaded"
         except TextMismatch:
             text.rebuild()
@@ -243,12 +243,14 @@ def _restore_table(
     n = len(recs)
     size = int(slots[-1]) + 1 if n else 0
     slot_list = slots.tolist()
+    vectors = map(attrgetter(VECTOR_FIELD[kind]), recs) if kind in VECTOR_FIELD else repeat(None)
+    rows = list(map(table.codec.pack, recs, vectors))  # the vectors are rows of the index's matrix already
     if size == n:  # no holes: slots are 0..n-1
-        table.records = list(recs)
+        table.rows = rows  # type: ignore[assignment]
     else:
-        table.records = [None] * size
-        for slot, record in zip(slot_list, recs, strict=True):
-            table.records[slot] = record
+        table.rows = [None] * size
+        for slot, row in zip(slot_list, rows, strict=True):
+            table.rows[slot] = row
     table.slot_of = dict(zip(map(_ID, recs), slot_list, strict=True))
     for column in (table.alive, table.group, table.created, table.valid, table.invalid, table.expired, table.prior):
         column.ensure(size)

@@ -5,8 +5,9 @@ done on numpy columns (one boolean mask per query), and that mask is handed to t
 search never visits a Python object per record. Graph neighbourhoods use adjacency lists that grow with each
 write.
 
-Vectors are held once: a stored record's vector array is swapped (in place, values bit-identical) for a read-only
-view of the vector index's row, which exact scoring reads too; hnswlib keeps its own copy for its graph walk.
+Records are kept as rows of plain values that Python's cycle collector skips (:mod:`.rows`). Vectors are held
+once: a stored record's row holds a read-only view of the vector index's row (values bit-identical), which exact
+scoring reads too; hnswlib keeps its own copy for its graph walk.
 Snapshots carry the HNSW graphs and BM25 arrays as this backend's own sections (:mod:`.persist`), so a load
 restores them instead of rebuilding them.
 """
@@ -38,6 +39,7 @@ from tkg.timeutil import to_micros
 from . import persist
 from .arrays import any_of
 from .maintenance import Maintenance, Task
+from .rows import CODECS
 from .tables import MAX, MIN, IdSet, Table, micros_or
 from .text import TextIndex
 from .vectors import Mask, VectorIndex
@@ -69,6 +71,7 @@ _SPARSE = 100
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
 Slots = npt.NDArray[np.int64]
+_FACT_ENDS = CODECS[Kind.FACT].getter("source_id", "target_id")
 
 
 class InMemoryStore(Store):
@@ -180,13 +183,12 @@ class InMemoryStore(Store):
     def _put(self, record: Record, vector: Vector | None) -> None:
         table = self._tables[record.kind]
         slot = table.slot_for(record.id)
-        old = table.records[slot]
+        old = table.record(slot)
         if old is not None:
             self._unindex(old, slot, keep_search=True)
         else:
             table.live += 1
             self._group_counts[record.group_id] = self._group_counts.get(record.group_id, 0) + 1
-        table.records[slot] = record
         table.touch(slot)
         table.alive[slot] = True
         table.group[slot] = self._group_codes.setdefault(record.group_id, len(self._group_codes))
@@ -225,12 +227,9 @@ class InMemoryStore(Store):
             if vector is None:
                 index.remove(slot)
             else:
-                view = index.set(slot, vector)
-                if view is not vector:
-                    # Keep one copy: the record's array is swapped for the equal, read-only view of the index's row
-                    # (bit-identical values). In place, so the stored record stays the very object written, which
-                    # callers may rely on (the community tier compares identities).
-                    object.__setattr__(record, VECTOR_FIELD[record.kind], view)
+                # One copy: the row keeps the equal, read-only view of the index's row (bit-identical values).
+                vector = index.set(slot, vector)
+        table.store(slot, record, vector)
         text = self._texts.get(record.kind)
         if text is not None:
             text.set(slot, search_text(record), None if old is None else search_text(old))
@@ -238,12 +237,11 @@ class InMemoryStore(Store):
     def _delete(self, kind: Kind, record_id: str) -> None:
         table = self._tables[kind]
         slot = table.slot_of.get(record_id)
-        if slot is None or table.records[slot] is None:
+        record = None if slot is None else table.record(slot)
+        if slot is None or record is None:
             return
-        record = table.records[slot]
-        assert record is not None
         self._unindex(record, slot, keep_search=False)
-        table.records[slot] = None
+        table.rows[slot] = None
         del table.slot_of[record_id]  # put again, it is a new record: a new slot, at the end of the scan order
         table.touch(slot)
         table.alive[slot] = False
@@ -284,9 +282,9 @@ class InMemoryStore(Store):
 
         def live_texts() -> Iterator[tuple[int, str]]:
             # The list is copied now (under the store's lock); the texts are made as the caller iterates, which
-            # a background rebuild does without the lock (records are immutable).
-            records = list(table.records)
-            return ((slot, search_text(r)) for slot, r in enumerate(records) if r is not None)
+            # a background rebuild does without the lock (rows are immutable).
+            rows, unpack = list(table.rows), table.codec.unpack
+            return ((slot, search_text(unpack(row))) for slot, row in enumerate(rows) if row is not None)
 
         return live_texts
 
@@ -306,11 +304,13 @@ class InMemoryStore(Store):
         return [table.get(i) for i in ids]
 
     def scan(self, kind: Kind, group_ids: frozenset[str] | None = None) -> Iterator[Record]:
+        table = self._tables[Kind(kind)]
         with self._lock:
-            records = list(self._tables[Kind(kind)].records)  # a copy: writes during iteration do not disturb it
-        for record in records:
-            if record is not None and (group_ids is None or record.group_id in group_ids):
-                yield record
+            rows = list(table.rows)  # a copy: writes during iteration do not disturb it
+        group_of, unpack = table.codec.getter("group_id"), table.codec.unpack
+        for row in rows:
+            if row is not None and (group_ids is None or group_of(row) in group_ids):
+                yield unpack(row)
 
     @_locked
     def count(self, kind: Kind, group_ids: frozenset[str] | None = None) -> int:
@@ -384,8 +384,9 @@ class InMemoryStore(Store):
         return mask, lo, hi
 
     def _hits(self, kind: Kind, found: list[tuple[int, float]]) -> list[Hit]:
-        records = self._tables[kind].records
-        return [Hit(records[slot].id, score) for slot, score in found]  # type: ignore[union-attr]
+        table = self._tables[kind]
+        rows, id_at = table.rows, table.codec.id_at
+        return [Hit(id_at(rows[slot]), score) for slot, score in found]  # type: ignore[arg-type]
 
     @_locked
     def entities_by_name(self, group_id: str, names: Sequence[str]) -> dict[str, list[Entity]]:
@@ -404,9 +405,9 @@ class InMemoryStore(Store):
         ids = set().union(*(self._adjacent.get(e, ()) for e in entity_ids)) if entity_ids else set()
         slots = sorted(table.slot_of[i] for i in ids)
         if scope is None:
-            return [table.records[s] for s in slots]  # type: ignore[misc]
+            return table.records_at(slots)  # type: ignore[return-value]
         admitted = self._mask(Kind.FACT, scope)  # the cached scope mask: no per-fact Python time checks
-        return [table.records[s] for s in slots if admitted[s]]  # type: ignore[misc]
+        return table.records_at(s for s in slots if admitted[s])  # type: ignore[return-value]
 
     # The neighbourhood of a new fact (see Store). Few facts around the entities: from the adjacency sets; many
     # (a hot entity): one vectorised pass over the fact table's end and relation columns.
@@ -433,19 +434,17 @@ class InMemoryStore(Store):
     def _slots_where(self, fact_ids: Iterable[str], ends: set[str], *, whole: bool) -> set[int]:
         """The slots of these facts whose two ends are ``ends`` (``whole``) or that have an end among them."""
         table = self._tables[Kind.FACT]
+        rows = table.rows
         found = set()
         for slot in map(table.slot_of.__getitem__, fact_ids):
-            fact = table.records[slot]
-            assert isinstance(fact, Fact)
-            touched = {fact.source_id, fact.target_id}
+            touched = set(_FACT_ENDS(rows[slot]))  # type: ignore[arg-type]
             if touched == ends if whole else not touched.isdisjoint(ends):
                 found.add(slot)
         return found
 
     def _facts_at(self, slots: Iterable[int]) -> list[Fact]:
         """The facts at these slots, in slot (insertion) order."""
-        records = self._tables[Kind.FACT].records
-        return [records[s] for s in sorted(slots)]  # type: ignore[misc]
+        return self._tables[Kind.FACT].records_at(sorted(slots))  # type: ignore[return-value]
 
     @_locked
     def closest_facts(
@@ -454,7 +453,7 @@ class InMemoryStore(Store):
         table = self._tables[Kind.FACT]
         query = check_vectors(vector, self.dim)[0]
         found = self._vectors[Kind.FACT].closest(query, k, self._neighbourhood(entity_ids, relation, same))
-        return [(table.records[slot], score) for slot, score in found]  # type: ignore[misc]
+        return [(table.record(slot), score) for slot, score in found]  # type: ignore[misc]
 
     def _neighbourhood(self, entity_ids: Sequence[str], relation: str, same: bool) -> Slots:
         """The slots of live facts with an end among ``entity_ids`` and ``relation`` (``same``) or another one,
@@ -506,8 +505,8 @@ class InMemoryStore(Store):
                 slot = facts.slot_of[fact_id]
                 if not fact_ok[slot]:
                     continue
-                fact: Fact = facts.records[slot]  # type: ignore[assignment]
-                other = fact.target_id if fact.source_id == current else fact.source_id
+                source, target = _FACT_ENDS(facts.rows[slot])  # type: ignore[arg-type]
+                other = target if source == current else source
                 if other not in hops:
                     if limit is not None and len(hops) >= limit:
                         return hops
@@ -529,7 +528,7 @@ class InMemoryStore(Store):
         elif entity_ids is not None:
             pairs = {(ep, en) for en in entity_ids for ep in self._mentions_by_entity.get(en, ())}
         else:
-            return [m for m in table.records if isinstance(m, Mention)]
+            return list(table.live_records())  # type: ignore[arg-type]
         found = [table.get(f"{ep}>{en}") for ep, en in pairs]
         return sorted((m for m in found if isinstance(m, Mention)), key=lambda m: table.slot_of[m.id])
 
@@ -539,7 +538,7 @@ class InMemoryStore(Store):
     ) -> list[Membership]:
         table = self._tables[Kind.MEMBERSHIP]
         if community_ids is None and entity_ids is None:
-            return [m for m in table.records if isinstance(m, Membership)]
+            return list(table.live_records())  # type: ignore[arg-type]
         if community_ids is not None:
             pairs = {(c, e) for c in community_ids for e in self._members_by_community.get(c, ())}
             if entity_ids is not None:
@@ -554,14 +553,14 @@ class InMemoryStore(Store):
     def episode_facts(self, episode_id: str) -> list[Fact]:
         table = self._tables[Kind.FACT]
         ids = self._episode_facts.get(episode_id, ())
-        return [table.records[s] for s in sorted(table.slot_of[i] for i in ids)]  # type: ignore[misc]
+        return table.records_at(sorted(table.slot_of[i] for i in ids))  # type: ignore[return-value]
 
     @_locked
     def recent_episodes(self, group_id: str, before: datetime, n: int) -> list[Episode]:
         timeline = self._timeline.get(group_id, [])
         end = bisect.bisect_right(timeline, (to_micros(before), MAX))
-        records = self._tables[Kind.EPISODE].records
-        return [records[slot] for _, slot in timeline[max(0, end - n) : end]]  # type: ignore[misc]
+        table = self._tables[Kind.EPISODE]
+        return table.records_at(slot for _, slot in timeline[max(0, end - n) : end])  # type: ignore[return-value]
 
     @_locked
     def episode_window(self, episode_id: str, before: int, after: int) -> list[Episode]:
@@ -571,8 +570,8 @@ class InMemoryStore(Store):
         timeline = self._timeline.get(episode.group_id, [])
         table = self._tables[Kind.EPISODE]
         at = bisect.bisect_left(timeline, (to_micros(episode.reference_time), table.slot_of[episode_id]))
-        records = table.records
-        return [records[slot] for _, slot in timeline[max(0, at - before) : at + after + 1]]  # type: ignore[misc]
+        window = timeline[max(0, at - before) : at + after + 1]
+        return table.records_at(slot for _, slot in window)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance

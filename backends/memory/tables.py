@@ -1,19 +1,21 @@
-"""The in-memory backend's slot tables: one per kind of record, the records and the numpy columns that filters
-run on (group, both timelines, relation, labels), so a scope becomes one boolean mask per query."""
+"""The in-memory backend's slot tables: one per kind of record, the records (as rows, :mod:`.rows`) and the numpy
+columns that filters run on (group, both timelines, relation, labels), so a scope becomes one boolean mask per
+query."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
 
-from tkg.models import Kind, Record
+from tkg.models import Kind, Record, Vector
 from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
 from .arrays import Column, any_of
+from .rows import CODECS, Row
 from .vectors import Mask
 
 MIN = np.iinfo(np.int64).min
@@ -30,11 +32,12 @@ def micros_or(value: datetime | None, missing: int) -> int:
 
 
 class Table:
-    """Slots of one kind: the records, their ids, and the numpy columns that filters run on."""
+    """Slots of one kind: the records (as rows), their ids, and the numpy columns that filters run on."""
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
-        self.records: list[Record | None] = []
+        self.codec = CODECS[kind]
+        self.rows: list[Row | None] = []  # by slot; None: a deleted record's slot
         self.slot_of: dict[str, int] = {}
         self.alive = Column(np.bool_, False)
         self.group = Column(np.int32, -1)
@@ -61,7 +64,7 @@ class Table:
 
     def touch(self, slot: int) -> None:
         """Record that ``slot`` changed: a new version."""
-        if len(self._log) != self.version - self._log_base or len(self._log) > 4 * len(self.records) + 4096:
+        if len(self._log) != self.version - self._log_base or len(self._log) > 4 * len(self.rows) + 4096:
             # after a bulk change, or to keep the log bounded: masks of older versions recompute whole
             self._log.clear()
             self._log_base = self.version
@@ -78,8 +81,8 @@ class Table:
         slot = self.slot_of.get(record_id)
         if slot is not None:
             return slot
-        slot = len(self.records)
-        self.records.append(None)
+        slot = len(self.rows)
+        self.rows.append(None)
         self.slot_of[record_id] = slot
         columns = (self.alive, self.group, self.created, self.valid, self.invalid, self.expired, self.prior)
         for column in (*columns, self.relation, self.source, self.target):
@@ -101,7 +104,25 @@ class Table:
 
     def get(self, record_id: str) -> Record | None:
         slot = self.slot_of.get(record_id)
-        return None if slot is None else self.records[slot]
+        return None if slot is None else self.record(slot)
+
+    def record(self, slot: int) -> Record | None:
+        row = self.rows[slot]
+        return None if row is None else self.codec.unpack(row)
+
+    def records_at(self, slots: Iterable[int]) -> list[Record]:
+        """The records at these slots (all live), in that order."""
+        rows, unpack = self.rows, self.codec.unpack
+        return [unpack(rows[s]) for s in slots]  # type: ignore[arg-type]
+
+    def live_records(self) -> Iterator[Record]:
+        """Every live record in slot order, read from a copy of the rows taken now (writes after do not show)."""
+        unpack = self.codec.unpack
+        return (unpack(row) for row in list(self.rows) if row is not None)
+
+    def store(self, slot: int, record: Record, vector: Vector | None) -> None:
+        """Keep ``record`` at ``slot``, with ``vector`` (the vector index's view of its vector, or None)."""
+        self.rows[slot] = self.codec.pack(record, vector)
 
     def mask(
         self,
