@@ -16,7 +16,7 @@ from tkg.embedders import HashEmbedder
 from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind, Mention
 from tkg.storage import WriteBatch
-from tkg.timeline import make_scope
+from tkg.timeline import Filters, make_scope
 
 EMB = HashEmbedder(dim=32)
 DAY = timedelta(days=1)
@@ -198,6 +198,35 @@ def test_time_filters_agree_with_the_pure_definition(make_store, times, as_of, k
     by_vector = {h.id for h in store.vector_search(Kind.FACT, EMB.embed(["alpha fact"])[0], 100, sc)}
     assert by_text == expected and by_vector == expected
     assert {f.id for f in store.facts_of(["e1"], sc)} == expected
+
+
+def test_the_ends_of_the_facts_a_scope_admits_in_insertion_order(make_store):
+    """fact_ends (the edges community detection reads) gives the ends of exactly the facts a scope admits, in the
+    order a scan gives them, across groups, both timelines, relation filters, a replacement and a deletion."""
+    store = make_store(32)
+    store.write(WriteBatch(puts=[*(entity(i) for i in range(5)), entity(9, group="h")]))
+    facts = [
+        fact(1, 0, 1, "zero one"),
+        fact(2, 2, 1, "ended", valid_at=T0, invalid_at=T0 + 2 * DAY, expired_at=T0 + 2 * DAY),
+        fact(3, 3, 4, "learnt later", created_at=T0 + 5 * DAY),
+        fact(4, 4, 0, "deleted"),
+        fact(5, 9, 9, "other group", group="h"),
+        fact(6, 1, 3, "from day three", valid_at=T0 + 3 * DAY),
+    ]
+    store.write(WriteBatch(puts=facts))
+    store.write(WriteBatch(puts=[dataclasses.replace(facts[0], fact="zero one again")], deletes=[(Kind.FACT, "f4")]))
+    assert store.fact_ends(scope()) == (["e0", "e3", "e1"], ["e1", "e4", "e3"])
+    for sc in (
+        scope(),
+        scope(None),
+        scope("h"),
+        scope(include_invalidated=True),
+        scope(as_of=T0 + DAY),
+        scope(known_at=T0 + DAY),
+        scope(filters=Filters(relations=frozenset({"OTHER"}))),
+    ):
+        admitted = [f for f in store.scan(Kind.FACT, sc.group_ids) if sc.admits(f)]
+        assert store.fact_ends(sc) == ([f.source_id for f in admitted], [f.target_id for f in admitted]), sc
 
 
 def test_bfs_hops_respect_scope(make_store):

@@ -194,16 +194,26 @@ def _encode_column(code: str, values: list[Any]) -> Any:
 
 
 def encode_columns(
-    kind: Kind, records: Sequence[Record], times: Mapping[str, npt.NDArray[np.int64]] | None = None
+    kind: Kind,
+    records: Sequence[Record] | Callable[[str], list[Any]],
+    times: Mapping[str, npt.NDArray[np.int64]] | None = None,
 ) -> tuple[dict[str, Any], npt.NDArray[np.int64], list[npt.NDArray[np.float32]]]:
     """One kind's records as columns: the payload map (``n``, ``columns``, ``vec_at``), the positions of the
-    records that have a vector, and those vectors. ``times`` are time columns the caller already holds (int64
+    records that have a vector, and those vectors. ``records`` are the records, or a function from a field name to
+    its values in record order (a store's own columns). ``times`` are time columns the caller already holds (int64
     microseconds in record order, absent as :data:`NO_TIME`), used instead of converting record by record."""
+    if callable(records):
+        field_values = records
+    else:
+        held = records
+        field_values = lambda name: list(map(attrgetter(name), held))  # noqa: E731
     columns: dict[str, Any] = {}
     vec_at = np.zeros(0, dtype="<i8")
     vectors: list[npt.NDArray[np.float32]] = []
+    n = 0
     for name, code in field_codes(RECORD_TYPES[kind]):
-        values = list(map(attrgetter(name), records))
+        values = field_values(name)
+        n = len(values)
         if code == "vec":
             at = [i for i, v in enumerate(values) if v is not None]
             vec_at = np.asarray(at, dtype="<i8")
@@ -212,7 +222,7 @@ def encode_columns(
             columns[name] = np.ascontiguousarray(times[name], dtype="<i8").tobytes()
         else:
             columns[name] = _encode_column(code, values)
-    return {"n": len(records), "columns": columns, "vec_at": vec_at.tobytes()}, vec_at, vectors
+    return {"n": n, "columns": columns, "vec_at": vec_at.tobytes()}, vec_at, vectors
 
 
 class TimeCache:

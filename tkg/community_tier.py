@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -107,13 +107,10 @@ def read_entity_graph(store: Store, group_id: str, scope: Scope) -> tuple[Weight
     entities: dict[str, Entity] = {e.id: e for e in store.scan(Kind.ENTITY, groups) if admits(e)}  # type: ignore[misc]
     keys = sorted(entities, key=lambda k: content_order(entities[k]))
     index = {key: i for i, key in enumerate(keys)}
-    ends: list[tuple[str, str]] = [
-        (f.source_id, f.target_id)  # type: ignore[union-attr]
-        for f in store.scan(Kind.FACT, groups)
-        if admits(f)
-    ]
-    src = np.fromiter((index.get(a, -1) for a, _ in ends), dtype=np.int64, count=len(ends))
-    dst = np.fromiter((index.get(b, -1) for _, b in ends), dtype=np.int64, count=len(ends))
+    within = groups if scope.group_ids is None else groups & scope.group_ids
+    sources, targets = store.fact_ends(replace(scope, group_ids=within))
+    src = np.fromiter((index.get(a, -1) for a in sources), dtype=np.int64, count=len(sources))
+    dst = np.fromiter((index.get(b, -1) for b in targets), dtype=np.int64, count=len(targets))
     keep = (src >= 0) & (dst >= 0)
     graph = WeightedGraph.from_arrays(keys, src[keep], dst[keep], np.ones(int(keep.sum()), dtype=np.int64))
     return graph, entities

@@ -193,7 +193,8 @@ def _save(store: Store, target: Path, directory: Path, meta: Mapping[str, Any]) 
             try:
                 writer.raw(MAGIC + _VERSION.pack(FORMAT_VERSION))
                 for kind in KIND_ORDER:
-                    records = list(store.scan(kind))
+                    fields = export.fields.get(kind)
+                    records = fields or list(store.scan(kind))
                     payload, positions, vectors = encode_columns(kind, records, export.times.get(kind))
                     del records
                     writer.section(f"records/{kind.value}", [pack(payload)])

@@ -19,6 +19,8 @@ and never ask "does this store have X?":
   -- the neighbourhood of a new fact, which truth maintenance reads for every fact of every episode (the
   defaults filter :meth:`Store.facts_of`; a backend answers from indexes, so that an episode about an entity
   with 100,000 facts does not read them all);
+* :meth:`Store.fact_ends` -- the edges of the whole graph for community detection (the default scans the facts;
+  a backend reads the two end columns alone);
 * :meth:`Store.flush`, :meth:`Store.stats`, :meth:`Store.close` -- maintenance, with no-op defaults.
 """
 
@@ -98,14 +100,17 @@ class IndexExport:
 
     ``sections`` are the backend's own index sections, named and encoded by the backend; the snapshot stores
     them verbatim, checksummed, and hands them back to :meth:`Store.restore`. ``times`` (per kind, time field ->
-    int64 microseconds in scan order, absent as int64 minimum) and ``vectors`` (per kind, a function from scan
-    positions to those records' vectors) are optional fast paths for writing the records themselves: columns the
-    backend already holds, instead of converting record by record.
+    int64 microseconds in scan order, absent as int64 minimum), ``vectors`` (per kind, a function from scan
+    positions to those records' vectors) and ``fields`` (per kind, a function from a field name to the values of
+    that field in scan order, as the records hold them) are optional fast paths for writing the records
+    themselves: columns the backend already holds, instead of converting record by record. With ``fields``, the
+    records of that kind are not scanned at all.
     """
 
     sections: dict[str, SectionData] = field(default_factory=dict)
     times: dict[Kind, dict[str, npt.NDArray[np.int64]]] = field(default_factory=dict)
     vectors: dict[Kind, Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]]] = field(default_factory=dict)
+    fields: dict[Kind, Callable[[str], list[Any]]] = field(default_factory=dict)
 
 
 class Sections(Protocol):
@@ -257,6 +262,13 @@ class Store(abc.ABC):
         scores = (matrix @ query / norms).astype(np.float32).tolist()
         order = sorted(range(len(facts)), key=lambda i: -scores[i])[:k]
         return [(facts[i], scores[i]) for i in order]
+
+    def fact_ends(self, scope: Scope) -> tuple[list[str], list[str]]:
+        """The source and the target id of every fact ``scope`` admits, in insertion order: the edges of the graph
+        for whole-graph work (community detection) that needs nothing else of the facts. The default scans
+        them; a backend reads the two ends alone (no record is built)."""
+        facts = [f for f in self.scan(Kind.FACT, scope.group_ids) if scope.admits(f)]
+        return [f.source_id for f in facts], [f.target_id for f in facts]  # type: ignore[union-attr]
 
     def group_lock(self, group_id: str) -> AbstractContextManager[None]:
         """Held around a read-modify-write cycle of one group. A :attr:`shared` store locks across processes;

@@ -18,8 +18,10 @@ rebuilt, never used. Implausible slots drop every index.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -104,7 +106,17 @@ def export_indexes(store: InMemoryStore) -> IndexExport:
         index, at = vectors[kind], slots[kind]
         return lambda positions: index.rows(at[positions])
 
-    return IndexExport(sections=sections, times=times, vectors={kind: gather(kind) for kind in vectors})
+    def fields(kind: Kind) -> Callable[[str], list[Any]]:
+        table = tables[kind]
+        rows = [row for row in table.rows if row is not None]  # scan order
+        return functools.partial(table.codec.column, rows)
+
+    return IndexExport(
+        sections=sections,
+        times=times,
+        vectors={kind: gather(kind) for kind in vectors},
+        fields={kind: fields(kind) for kind in Kind},
+    )
 
 
 def _array(value: npt.NDArray[Any]) -> dict[str, Any]:

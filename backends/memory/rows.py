@@ -16,7 +16,7 @@ and returns a new object each time, equal to the one written.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any, TypeAlias
 
@@ -68,6 +68,7 @@ class RowCodec:
         exec(source, scope)  # generated from the dataclass's own field names
         self._pack: Callable[[Record, Vector | None], Row] = scope["pack"]
         self._make = record_maker(cls, unpack)
+        self._readers = unpack  # field -> its value as the record holds it, from the row's
         self.id_at: Callable[[Row], str] = (
             itemgetter(self.positions["id"]) if "id" in self.positions else lambda row: self.unpack(row).id
         )
@@ -78,6 +79,12 @@ class RowCodec:
 
     def unpack(self, row: Row) -> Record:
         return self._make(*row)
+
+    def column(self, rows: Iterable[Row], name: str) -> list[Any]:
+        """The values of field ``name`` in these rows, as the records hold them (without building a record)."""
+        values = list(map(itemgetter(self.positions[name]), rows))
+        reader = self._readers.get(name)
+        return values if reader is None else list(map(reader, values))
 
     def getter(self, *names: str) -> Callable[[Row], Any]:
         """Reads these fields from a row, as :func:`operator.itemgetter` does (plain fields only)."""

@@ -409,6 +409,14 @@ class InMemoryStore(Store):
         admitted = self._mask(Kind.FACT, scope)  # the cached scope mask: no per-fact Python time checks
         return table.records_at(s for s in slots if admitted[s])  # type: ignore[return-value]
 
+    @_locked
+    def fact_ends(self, scope: Scope) -> tuple[list[str], list[str]]:
+        table = self._tables[Kind.FACT]
+        slots = np.flatnonzero(self._mask(Kind.FACT, scope))
+        # The fact table's end columns hold entity codes, given in order: the code of an id is its place here.
+        ids = np.array(list(self._entity_codes), dtype=object)
+        return ids[table.source.view()[slots]].tolist(), ids[table.target.view()[slots]].tolist()
+
     # The neighbourhood of a new fact (see Store). Few facts around the entities: from the adjacency sets; many
     # (a hot entity): one vectorised pass over the fact table's end and relation columns.
     @_locked

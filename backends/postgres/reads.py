@@ -92,6 +92,13 @@ class Reads(Session):
         rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
         return from_rows(Kind.FACT, rows)
 
+    def fact_ends(self, scope: Scope) -> tuple[list[str], list[str]]:
+        params: dict[str, Any] = {}
+        where = scope_where(Kind.FACT, scope, params)
+        statement = self._q(f"SELECT source_id, target_id FROM {{s}}.facts WHERE {where} ORDER BY seq")
+        rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
+        return [r[0] for r in rows], [r[1] for r in rows]
+
     # The neighbourhood of a new fact: each read one statement on the (end, relation) and pair indexes (schema 4)
     # and the verdicts table (schema 5), never every fact of a hot entity.
     def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
