@@ -6,11 +6,13 @@ collection walks every tracked object alive -- ~0.2 s at 100,000 facts (~415,000
 records), ~2 s at a million, during which every thread of the process stops. A tuple whose items are all plain
 (strings, numbers, datetimes, None, numpy arrays, tuples of those) is dropped from the collector's lists the first
 time it looks at it, so rows cost the collector nothing once stored. Hence, in a row: a map field is a tuple of its
-items (a dict, even an empty one, would keep its tuple tracked) and an enum member is its text value. A record
-whose attributes nest lists or maps keeps its row tracked; nothing else changes for it.
+items (a dict, even an empty one, would keep its tuple tracked), an enum member is its text value, and a map of
+enum members (a fact's verdicts) is its keys and its values' texts, two tuples (rebuilt with ``zip``: a fact
+read around a hot entity may carry dozens of verdicts). A record whose attributes nest lists or maps keeps its row
+tracked; nothing else changes for it.
 
-A read costs one record built from its row (~1 us, no validation: the record was validated when it was written),
-and returns a new object each time, equal to the one written.
+A record is built from its row when read (~1 us, no validation: it was validated when it was written), equal to
+the one written; each table keeps the last records it made for the next reads of the same rows (:mod:`.tables`).
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ def _items(value: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(value.items()) if value else ()
 
 
-def _member_values(value: Mapping[str, enum.Enum]) -> tuple[tuple[str, str], ...]:
-    return tuple([(k, str(v)) for k, v in value.items()]) if value else ()
+def _member_values(value: Mapping[str, enum.Enum]) -> tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]:
+    return (tuple(value), tuple(map(str, value.values()))) if value else ()
 
 
 def _members_of(members: Mapping[str, enum.Enum]) -> Callable[[Any], dict[str, enum.Enum]]:
-    def decode(items: tuple[tuple[str, str], ...]) -> dict[str, enum.Enum]:
-        return {k: members[v] for k, v in items}
+    member = members.__getitem__
+
+    def decode(packed: tuple[tuple[str, ...], tuple[str, ...]] | tuple[()]) -> dict[str, enum.Enum]:
+        return dict(zip(packed[0], map(member, packed[1]), strict=True)) if packed else {}
 
     return decode
 

@@ -27,6 +27,12 @@ MAX = np.iinfo(np.int64).max
 IdSet = dict[str, None]
 
 
+#: Records made from rows that a table keeps for its next reads: an episode reads the facts around its entities
+#: several times (their closest, then each one's statement), so most reads find their record made; bounded, as
+#: these records are objects the cycle collector walks.
+_MADE = 1024
+
+
 def micros_or(value: datetime | None, missing: int) -> int:
     return missing if value is None else to_micros(value)
 
@@ -38,6 +44,7 @@ class Table:
         self.kind = kind
         self.codec = CODECS[kind]
         self.rows: list[Row | None] = []  # by slot; None: a deleted record's slot
+        self._made: dict[int, tuple[Row, Record]] = {}  # slot -> (its row, the record last made of it)
         self.slot_of: dict[str, int] = {}
         self.alive = Column(np.bool_, False)
         self.group = Column(np.int32, -1)
@@ -107,13 +114,23 @@ class Table:
         return None if slot is None else self.record(slot)
 
     def record(self, slot: int) -> Record | None:
+        """The record at ``slot`` (the store's lock held): made from its row, or the one made last time if the row
+        is the same object still (a put replaces the row)."""
         row = self.rows[slot]
-        return None if row is None else self.codec.unpack(row)
+        if row is None:
+            return None
+        made = self._made.get(slot)
+        if made is not None and made[0] is row:
+            return made[1]
+        record = self.codec.unpack(row)
+        if len(self._made) >= _MADE:
+            del self._made[next(iter(self._made))]  # the oldest
+        self._made[slot] = (row, record)
+        return record
 
     def records_at(self, slots: Iterable[int]) -> list[Record]:
-        """The records at these slots (all live), in that order."""
-        rows, unpack = self.rows, self.codec.unpack
-        return [unpack(rows[s]) for s in slots]  # type: ignore[arg-type]
+        """The records at these slots (all live), in that order (the store's lock held)."""
+        return list(map(self.record, slots))  # type: ignore[arg-type]
 
     def live_records(self) -> Iterator[Record]:
         """Every live record in slot order, read from a copy of the rows taken now (writes after do not show)."""

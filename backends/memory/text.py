@@ -8,7 +8,7 @@ cost of an add stays small and every query sees every live document exactly once
 The main index is a bm25s ``BM25`` whose CSC arrays hold each posting's term frequency (not a score) and whose
 vocabulary maps terms to columns; it is built here from token ids with numpy (:func:`_build`) rather than by
 ``BM25.index``, whose per-document Python loops hold the interpreter lock throughout (this build tokenizes, then
-counts the postings in one sort: 0.43 s for bench_core's 100,000 facts, 0.29 s for its 33,334 episodes, against
+counts the postings in one sort: 0.40 s for bench_core's 100,000 facts, 0.28 s for its 33,334 episodes, against
 1.39 and 0.68 s, tokenizing included; on the store's background thread it hands the lock over every
 ``_PAUSE_EVERY`` documents). Scores do not depend on when the index was last rebuilt: every query scores
 main and tail postings with one formula (:mod:`tkg.tokens`) over the live documents' N, df and average length, in
