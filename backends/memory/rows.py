@@ -1,5 +1,5 @@
 """Records as the in-memory store keeps them: one tuple of plain values per record (a row), made into a record
-again on every read.
+again when read.
 
 Why not keep the records themselves: every instance of a class is tracked by Python's cycle collector, and a full
 collection walks every tracked object alive -- ~0.2 s at 100,000 facts (~415,000 objects, three quarters of them
