@@ -304,13 +304,9 @@ class InMemoryStore(Store):
         return [table.get(i) for i in ids]
 
     def scan(self, kind: Kind, group_ids: frozenset[str] | None = None) -> Iterator[Record]:
-        table = self._tables[Kind(kind)]
         with self._lock:
-            rows = list(table.rows)  # a copy: writes during iteration do not disturb it
-        group_of, unpack = table.codec.getter("group_id"), table.codec.unpack
-        for row in rows:
-            if row is not None and (group_ids is None or group_of(row) in group_ids):
-                yield unpack(row)
+            records = self._tables[Kind(kind)].live_records(group_ids)  # over a copy of the rows
+        yield from records
 
     @_locked
     def count(self, kind: Kind, group_ids: frozenset[str] | None = None) -> int:

@@ -132,10 +132,11 @@ class Table:
         """The records at these slots (all live), in that order (the store's lock held)."""
         return list(map(self.record, slots))  # type: ignore[arg-type]
 
-    def live_records(self) -> Iterator[Record]:
-        """Every live record in slot order, read from a copy of the rows taken now (writes after do not show)."""
-        unpack = self.codec.unpack
-        return (unpack(row) for row in list(self.rows) if row is not None)
+    def live_records(self, group_ids: frozenset[str] | None = None) -> Iterator[Record]:
+        """Every live record (of these groups) in slot order, read from a copy of the rows taken now: writes after
+        do not show, and the records are made as the caller iterates (no lock needed then: rows are immutable)."""
+        rows, unpack, group_of = list(self.rows), self.codec.unpack, self.codec.getter("group_id")
+        return (unpack(r) for r in rows if r is not None and (group_ids is None or group_of(r) in group_ids))
 
     def store(self, slot: int, record: Record, vector: Vector | None) -> None:
         """Keep ``record`` at ``slot``, with ``vector`` (the vector index's view of its vector, or None)."""
