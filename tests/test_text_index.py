@@ -254,6 +254,29 @@ def test_search_sees_main_and_tail_documents_through_the_mask() -> None:
     assert index.search("zebra", 10, mask) == []
 
 
+def test_documents_waiting_in_the_tail_add_no_object_for_the_cycle_collector_to_walk() -> None:
+    """Between two rebuilds a tail holds up to a quarter of the documents (tens of thousands on a big store): kept
+    as one object per document that the cycle collector tracks, they lengthen every full collection, which stops
+    every thread, and bring the next one sooner (a Counter per document added 5,000 here)."""
+    import gc
+
+    corpus = Corpus()
+    index = TextIndex(corpus, min_rebuild=10_000)
+    words = [f"tailword{i}" for i in range(50)]
+    for slot in range(5):  # the first documents make the index's own objects
+        corpus.texts[slot] = " ".join(words[slot : slot + 3])
+        index.set(slot, corpus.texts[slot])
+    texts = {slot: f"{words[slot % 50]} {words[slot % 7]} {words[slot % 7]}" for slot in range(5, 5_005)}
+    gc.collect()
+    before = len(gc.get_objects())
+    for slot, text in texts.items():
+        corpus.texts[slot] = text
+        index.set(slot, text)
+    gc.collect()
+    assert index.stats() == {"main": 0, "tail": 5_005}
+    assert len(gc.get_objects()) - before <= 60
+
+
 @pytest.mark.parametrize("share", [0.0, float("inf")])
 def test_dense_and_sparse_merges_agree_on_a_larger_corpus(share: float) -> None:
     rng = np.random.default_rng(7)

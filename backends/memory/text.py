@@ -142,6 +142,16 @@ def _build(docs: Iterable[tuple[int, str]], pause: Callable[[], None] | None = N
     return Built(main, slots[order], lengths[order], ids, starts, terms)
 
 
+def _term_counts(tokens: Sequence[str]) -> dict[str, int]:
+    """Each term's frequency in ``tokens``, as a plain dict filled by insertion: one holding only strings and
+    integers is never tracked by the cycle collector, so a tail of tens of thousands of documents adds nothing to
+    what a full collection walks (a Counter, or a dict copied from one, is tracked)."""
+    counts: dict[str, int] = {}
+    for term in tokens:
+        counts[term] = counts.get(term, 0) + 1
+    return counts
+
+
 class Rebuild:
     """A rebuild of a :class:`TextIndex`'s main index in three steps: ``begin_rebuild`` (store lock held),
     :meth:`run` (no lock: tokenizing and indexing every document), ``finish_rebuild`` (store lock held)."""
@@ -183,7 +193,7 @@ class TextIndex:
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
         self._main_df: Counter[str] = Counter()
         self._main_len = 0
-        self._tail: dict[int, Counter[str]] = {}
+        self._tail: dict[int, dict[str, int]] = {}  # slot -> its term frequencies (see _term_counts)
         self._tail_lens: dict[int, int] = {}
         self._tail_postings: dict[str, dict[int, int]] = {}  # term -> {slot: term frequency}
         self._tail_df: Counter[str] = Counter()
@@ -210,7 +220,7 @@ class TextIndex:
         if old_text is not None:
             self.remove(slot, old_text)
         tokens = tokenize(text)
-        self._add_to_tail(slot, Counter(tokens), len(tokens))
+        self._add_to_tail(slot, _term_counts(tokens), len(tokens))
         self._count += 1
         if self._rebuilding is not None:
             self._touched.add(slot)
@@ -220,7 +230,7 @@ class TextIndex:
             elif self._rebuilding is None:
                 self.on_due()
 
-    def _add_to_tail(self, slot: int, counts: Counter[str], length: int) -> None:
+    def _add_to_tail(self, slot: int, counts: dict[str, int], length: int) -> None:
         self._tail[slot] = counts
         self._tail_lens[slot] = length
         self._tail_len += length
