@@ -42,6 +42,7 @@ from tkg.storage import IndexExport, RecordSet, Sections
 from tkg.timeutil import to_micros
 
 from .arrays import Column
+from .rows import RowList
 from .tables import MAX, MIN, IdSet, Table
 from .text import TextMismatch
 from .vectors import VectorIndex
@@ -258,9 +259,9 @@ def _restore_table(
     vectors = map(attrgetter(VECTOR_FIELD[kind]), recs) if kind in VECTOR_FIELD else repeat(None)
     rows = list(map(table.codec.pack, recs, vectors))  # the vectors are rows of the index's matrix already
     if size == n:  # no holes: slots are 0..n-1
-        table.rows = rows  # type: ignore[assignment]
+        table.rows = RowList(rows)
     else:
-        table.rows = [None] * size
+        table.rows = RowList.empty(size)
         for slot, row in zip(slot_list, rows, strict=True):
             table.rows[slot] = row
     table.slot_of = dict(zip(map(_ID, recs), slot_list, strict=True))

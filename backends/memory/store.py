@@ -283,7 +283,7 @@ class InMemoryStore(Store):
         def live_texts() -> Iterator[tuple[int, str]]:
             # The list is copied now (under the store's lock); the texts are made as the caller iterates, which
             # a background rebuild does without the lock (rows are immutable).
-            rows, unpack = list(table.rows), table.codec.unpack
+            rows, unpack = table.rows.copy(), table.codec.unpack
             return ((slot, search_text(unpack(row))) for slot, row in enumerate(rows) if row is not None)
 
         return live_texts

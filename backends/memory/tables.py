@@ -4,6 +4,7 @@ query."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
@@ -15,7 +16,7 @@ from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
 from .arrays import Column, any_of
-from .rows import CODECS, Row
+from .rows import CODECS, Row, RowList
 from .vectors import Mask
 
 MIN = np.iinfo(np.int64).min
@@ -43,7 +44,7 @@ class Table:
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
         self.codec = CODECS[kind]
-        self.rows: list[Row | None] = []  # by slot; None: a deleted record's slot
+        self.rows = RowList()  # by slot; None: a deleted record's slot
         self._made: dict[int, tuple[Row, Record]] = {}  # slot -> (its row, the record last made of it)
         self.slot_of: dict[str, int] = {}
         self.alive = Column(np.bool_, False)
@@ -66,14 +67,14 @@ class Table:
         # The slot each version bump since _log_base changed (touch()), so a cached mask can be brought up to date
         # by recomputing those slots alone. A bump that did not log (a bulk change) makes the log disagree with the
         # version, and masks are then recomputed whole.
-        self._log: list[int] = []
+        self._log = array("q")  # not a list: a full garbage collection would visit each of its items
         self._log_base = 0
 
     def touch(self, slot: int) -> None:
         """Record that ``slot`` changed: a new version."""
         if len(self._log) != self.version - self._log_base or len(self._log) > 4 * len(self.rows) + 4096:
             # after a bulk change, or to keep the log bounded: masks of older versions recompute whole
-            self._log.clear()
+            self._log = array("q")
             self._log_base = self.version
         self.version += 1
         self._log.append(slot)
@@ -82,7 +83,7 @@ class Table:
         """The slots changed after ``version`` (sorted, unique), or None when the log cannot say."""
         if version < self._log_base or len(self._log) != self.version - self._log_base:
             return None
-        return np.unique(np.asarray(self._log[version - self._log_base :], dtype=np.int64))
+        return np.unique(np.frombuffer(self._log[version - self._log_base :], dtype=np.int64))
 
     def slot_for(self, record_id: str) -> int:
         slot = self.slot_of.get(record_id)
@@ -135,7 +136,7 @@ class Table:
     def live_records(self, group_ids: frozenset[str] | None = None) -> Iterator[Record]:
         """Every live record (of these groups) in slot order, read from a copy of the rows taken now: writes after
         do not show, and the records are made as the caller iterates (no lock needed then: rows are immutable)."""
-        rows, unpack, group_of = list(self.rows), self.codec.unpack, self.codec.getter("group_id")
+        rows, unpack, group_of = self.rows.copy(), self.codec.unpack, self.codec.getter("group_id")
         return (unpack(r) for r in rows if r is not None and (group_ids is None or group_of(r) in group_ids))
 
     def store(self, slot: int, record: Record, vector: Vector | None) -> None:
