@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_core
 import render
 from bench_extraction import Timed
-from measure import percentile
+from measure import POSTGRES_SETTINGS, percentile
 
 from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig
 from tkg.backends.memory import InMemoryStore
@@ -152,6 +152,7 @@ def contract(by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any]
                     f"recall@{RECALL_K}: Store.closest_facts around the user against the exact answer, mean of "
                     f"{RECALL_QUERIES} new sentences (a fact counts when its exact score reaches the exact "
                     f"{RECALL_K}th best); the planner's first read is {RECALL_K} facts",
+                    *([f"server: EmbeddedPostgres with {POSTGRES_SETTINGS}"] if backend == "postgres" else []),
                 ],
             }
         )
@@ -191,7 +192,10 @@ def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
         return run(sizes, block)
     from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
 
-    with EmbeddedPostgres() as server, PostgresStore(server.dsn, dim=HashEmbedder().dim, schema="hot") as store:
+    with (
+        EmbeddedPostgres(settings=POSTGRES_SETTINGS) as server,
+        PostgresStore(server.dsn, dim=HashEmbedder().dim, schema="hot") as store,
+    ):
         return run(sizes, block, store=store)
 
 

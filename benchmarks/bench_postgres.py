@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
 import render
+from measure import POSTGRES_SETTINGS, server_settings
 
 import tkg
 from tkg.backends.memory import InMemoryStore
@@ -203,7 +204,7 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "client); peak includes building the records. database = the schema's tables and indexes on disk; server "
             "resident = the PostgreSQL processes' proportional set size at the end (shared memory counted once).",
             "Server: "
-            + ("your --dsn" if args.dsn else "EmbeddedPostgres, default settings (shared_buffers 128 MB)")
+            + ("your --dsn" if args.dsn else f"EmbeddedPostgres, settings {args.settings} (others PostgreSQL's)")
             + f"; index builds in load with {args.build_memory_mb:,} MB (PostgresStore(build_memory_mb=...))",
         ],
     }
@@ -268,10 +269,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="PostgresStore(build_memory_mb=...): the server's memory for index builds in load (4096 for 1M facts)",
     )
     parser.add_argument("--dsn", default=None, help="your PostgreSQL (default: an embedded server)")
+    parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"a setting of the embedded server, over {POSTGRES_SETTINGS} (repeatable)",
+    )
     parser.add_argument("--keep", dest="drop", action="store_false", help="keep the benchmark schemas")
     parser.add_argument("--quick", action="store_true", help="smoke: 2000 facts, 20 episodes, 20 queries")
     parser.add_argument("--out", default=str(core.OUT_DIR / "postgres.json"), help="where the JSON results go")
     args = parser.parse_args(argv)
+    args.settings = server_settings(args.server_setting)
     if args.quick:
         args.sizes, args.episodes, args.queries = "2000", 20, 20
     try:
@@ -291,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"tkg {info['tkg']} PostgreSQL benchmark -- {started_at}")
     print(f"machine: {info['cpu_count']} CPUs, {info['processor']}, Python {info['python']}, {info['platform']}")
     print(f"CPU busy with other processes at start: {info['others_cpu_busy_at_start']}; load {info['load_average']}")
-    server = None if args.dsn else EmbeddedPostgres()
+    server = None if args.dsn else EmbeddedPostgres(settings=args.settings)
     dsn = args.dsn or server.dsn  # type: ignore[union-attr]
     results = []
     try:

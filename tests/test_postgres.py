@@ -687,6 +687,37 @@ def test_embedded_server_keeps_data_in_a_given_directory(tmp_path: Path) -> None
             assert store.count(Kind.ENTITY) == 1
 
 
+def test_embedded_server_applies_settings_restarting_for_those_read_at_start(tmp_path: Path) -> None:
+    with EmbeddedPostgres(tmp_path / "pg") as kept, PostgresStore(kept.dsn, dim=DIM) as store:
+        store.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="Ann", created_at=T0)]))
+    settings = {"shared_buffers": "48MB", "work_mem": "5MB"}  # the first takes a restart, the second a reload
+    with EmbeddedPostgres(tmp_path / "pg", settings=settings) as kept, PostgresStore(kept.dsn, dim=DIM) as store:
+        assert (kept.setting("shared_buffers"), kept.setting("work_mem")) == ("48MB", "5MB")
+        assert store.count(Kind.ENTITY) == 1  # the restart kept the data
+    with EmbeddedPostgres(settings={"shared_buffers": "40MB"}) as temporary:
+        assert (temporary.setting("shared_buffers"), temporary.setting("fsync")) == ("40MB", "off")
+
+
+def test_embedded_server_refusing_settings_leaves_its_configuration_as_it_was(tmp_path: Path) -> None:
+    with EmbeddedPostgres(tmp_path / "pg") as kept, PostgresStore(kept.dsn, dim=DIM) as store:
+        store.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="Ann", created_at=T0)]))
+        default = (kept.setting("shared_buffers"), kept.setting("work_mem"))
+    conf = tmp_path / "pg" / "postgresql.auto.conf"
+    before = conf.read_bytes()
+    refused = [
+        {"work_mem": "6MB", "shared_buffers": "plenty"},  # not a value: refused by ALTER SYSTEM, after work_mem
+        {"shared_buffers": "1000GB"},  # a value the server cannot start with
+        {"work_mem; DROP": "1"},  # not a parameter name
+    ]
+    for wrong in refused:
+        with pytest.raises(BackendError):
+            EmbeddedPostgres(tmp_path / "pg", settings=wrong)
+        assert conf.read_bytes() == before
+    with EmbeddedPostgres(tmp_path / "pg") as kept, PostgresStore(kept.dsn, dim=DIM) as store:
+        assert (kept.setting("shared_buffers"), kept.setting("work_mem")) == default
+        assert store.count(Kind.ENTITY) == 1
+
+
 def test_embedded_database_helper(server: EmbeddedPostgres) -> None:
     dsn = server.create_database("tkg_extra")
     assert server.create_database("tkg_extra") == dsn  # idempotent

