@@ -281,3 +281,17 @@ def test_importing_a_door_loads_only_its_side() -> None:
     assert "tkg.cli_input" in loaded["tkg.cli"] and not loaded["tkg.cli"] & SERVERS
     assert "tkg.demo" in loaded["tkg.serving"] and not loaded["tkg.serving"] & CLI
     assert not loaded["tkg.wire_shapes"] & (CLI | SERVERS)
+
+
+def test_importing_the_library_and_its_memory_backend_loads_no_igraph() -> None:
+    """igraph, with matplotlib which it imports when installed, is half of the objects of a fresh process (each
+    full garbage collection walks them) and half of tkg's import time; only community detection and the GraphML
+    export need it, and import it when first run."""
+    code = (
+        "import sys, tkg, tkg.backends.memory; from tkg import Memory, HashEmbedder, MemoryConfig; "
+        "m = Memory(embedder=HashEmbedder(), config=MemoryConfig(communities=None)); "
+        "m.add_facts([tkg.FactInput('Ann', 'LIKES', 'Tea')], group_id='g'); m.search('Ann', group_ids=['g']); "
+        "print(sorted(n for n in ('igraph', 'matplotlib') if n in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"

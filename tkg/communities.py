@@ -42,7 +42,6 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-import igraph
 import numpy as np
 import numpy.typing as npt
 
@@ -275,6 +274,10 @@ def _colour_classes(graph: WeightedGraph, src_all: IntArray) -> list[IntArray]:
     neighbours are left out (they never change)."""
     if graph.edge_count == 0:
         return []
+    # Imported when first needed: igraph (with the matplotlib it imports when installed) is half of the objects a
+    # fresh process holds, which every full garbage collection walks, and of tkg's import time.
+    import igraph
+
     upper = src_all < graph.indices
     ig = igraph.Graph(n=graph.n, edges=np.column_stack([src_all[upper], graph.indices[upper]]).tolist())
     colours = np.asarray(ig.vertex_coloring_greedy(), dtype=np.int64)
