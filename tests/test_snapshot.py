@@ -273,7 +273,7 @@ def _internals(store: InMemoryStore) -> dict[str, object]:
         "_timeline",
         "_group_counts",
     ):
-        out[name] = getattr(store, name)
+        out[name] = dict(getattr(store, name).items())
     for kind, index in store._vectors.items():
         live = index.has_vec.view().nonzero()[0]
         out[f"{kind}.vectors"] = [(int(s), index.vector(s).tobytes(), float(index._scale[s])) for s in live]

@@ -43,7 +43,7 @@ from tkg.timeutil import to_micros
 
 from .arrays import Column
 from .rows import RowList
-from .tables import MAX, MIN, IdSet, Table
+from .tables import MAX, MIN, SetIndex, Table, Timeline, name_key
 from .text import TextMismatch
 from .vectors import VectorIndex
 
@@ -308,9 +308,8 @@ def _restore_table(
         timeline: dict[str, list[tuple[int, int]]] = {}
         for group, ref, slot in zip(group_ids, refs.tolist(), slot_list, strict=True):
             timeline.setdefault(group, []).append((ref, slot))
-        for group, items in timeline.items():
-            items.sort()
-            store._timeline[group] = items
+        for group, pairs in timeline.items():
+            store._timeline[group] = Timeline(pairs)
     elif kind is Kind.ENTITY:
         by_label: dict[str, list[int]] = {}
         names = store._names
@@ -319,7 +318,7 @@ def _restore_table(
             for label in entity.labels:
                 by_label.setdefault(label, []).append(slot)
             for name in (entity.name, *entity.aliases):
-                key = (entity.group_id, normalize_name(name))
+                key = name_key(entity.group_id, normalize_name(name))
                 names.setdefault(key, {})[entity.id] = None
         for label, labelled in by_label.items():
             column = Column(np.bool_, False)
@@ -352,7 +351,7 @@ def _pick(values: list[str], at: npt.NDArray[np.int64]) -> list[str]:
     return [picked] if len(at) == 1 else list(picked)
 
 
-def _group_into(index: dict[str, IdSet], keys: list[str], values: list[str]) -> None:
+def _group_into(index: SetIndex, keys: list[str], values: list[str]) -> None:
     """``index[key][value] = None`` for each pair, grouped with one sort instead of a Python loop per pair (bulk
     restores build millions of these sets)."""
     if not keys:
@@ -364,7 +363,7 @@ def _group_into(index: dict[str, IdSet], keys: list[str], values: list[str]) -> 
     ends = np.bincount(codes, minlength=len(unique)).cumsum().tolist()
     groups = map(dict.fromkeys, map(ordered.__getitem__, map(slice, [0, *ends[:-1]], ends)))
     if not index:  # the usual case (a restore into an empty store): no merging, no Python loop
-        index.update(zip(unique, groups, strict=True))
+        index.fill(unique, groups)
         return
     for key, group in zip(unique, groups, strict=True):
         found = index.get(key)

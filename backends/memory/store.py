@@ -14,7 +14,6 @@ restores them instead of rebuilding them.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import threading
 from collections import deque
@@ -40,7 +39,7 @@ from . import persist
 from .arrays import any_of
 from .maintenance import Maintenance, Task
 from .rows import CODECS
-from .tables import MAX, MIN, IdSet, Table, micros_or
+from .tables import MAX, MIN, SetIndex, Table, Timeline, micros_or, name_key
 from .text import TextIndex
 from .vectors import Mask, VectorIndex
 
@@ -134,16 +133,16 @@ class InMemoryStore(Store):
         self._relation_codes: dict[str, int] = {}
         self._masks: dict[tuple[Kind, Scope], tuple[int, int, int, Mask]] = {}  # key -> version, lo, hi, mask
         self._group_counts: dict[str, int] = {}
-        self._names: dict[tuple[str, str], IdSet] = {}
-        self._adjacent: dict[str, IdSet] = {}  # entity id -> ids of facts touching it
+        self._names = SetIndex()
+        self._adjacent = SetIndex()  # entity id -> ids of facts touching it
         self._entity_codes: dict[str, int] = {}  # entity id -> its code in the fact table's end columns
-        self._judging: dict[str, IdSet] = {}  # fact id -> ids of the facts whose verdicts name it
-        self._episode_facts: dict[str, IdSet] = {}
-        self._mentions_by_episode: dict[str, IdSet] = {}
-        self._mentions_by_entity: dict[str, IdSet] = {}
-        self._members_by_community: dict[str, IdSet] = {}
-        self._members_by_entity: dict[str, IdSet] = {}
-        self._timeline: dict[str, list[tuple[int, int]]] = {}  # group -> sorted (reference us, episode slot)
+        self._judging = SetIndex()  # fact id -> ids of the facts whose verdicts name it
+        self._episode_facts = SetIndex()
+        self._mentions_by_episode = SetIndex()
+        self._mentions_by_entity = SetIndex()
+        self._members_by_community = SetIndex()
+        self._members_by_entity = SetIndex()
+        self._timeline: dict[str, Timeline] = {}  # group -> its episodes by (reference us, slot)
         # The last neighbourhood split by relation: (the fact table's version, ends, relation) -> the slots with that
         # relation and those with another. An episode asks for both around the same entities, one after the other.
         self._around: tuple[tuple[Any, ...], Slots, Slots] | None = None
@@ -211,11 +210,11 @@ class InMemoryStore(Store):
         elif isinstance(record, Episode):
             ref = to_micros(record.reference_time)
             table.valid[slot] = ref
-            bisect.insort(self._timeline.setdefault(record.group_id, []), (ref, slot))
+            self._timeline.setdefault(record.group_id, Timeline()).insert(ref, slot)
         elif isinstance(record, Entity):
             table.set_labels(slot, record.labels)
             for name in (record.name, *record.aliases):
-                self._names.setdefault((record.group_id, normalize_name(name)), {})[record.id] = None
+                self._names.setdefault(name_key(record.group_id, normalize_name(name)), {})[record.id] = None
         elif isinstance(record, Mention):
             self._mentions_by_episode.setdefault(record.episode_id, {})[record.entity_id] = None
             self._mentions_by_entity.setdefault(record.entity_id, {})[record.episode_id] = None
@@ -260,11 +259,10 @@ class InMemoryStore(Store):
             for episode_id in record.episodes:
                 self._discard(self._episode_facts, episode_id, record.id)
         elif isinstance(record, Episode):
-            timeline = self._timeline[record.group_id]
-            timeline.pop(bisect.bisect_left(timeline, (to_micros(record.reference_time), slot)))
+            self._timeline[record.group_id].remove(to_micros(record.reference_time), slot)
         elif isinstance(record, Entity):
             for name in (record.name, *record.aliases):
-                self._discard(self._names, (record.group_id, normalize_name(name)), record.id)
+                self._discard(self._names, name_key(record.group_id, normalize_name(name)), record.id)
         elif isinstance(record, Mention):
             self._discard(self._mentions_by_episode, record.episode_id, record.entity_id)
             self._discard(self._mentions_by_entity, record.entity_id, record.episode_id)
@@ -289,7 +287,7 @@ class InMemoryStore(Store):
         return live_texts
 
     @staticmethod
-    def _discard(index: dict[Any, IdSet], key: Any, value: str) -> None:
+    def _discard(index: SetIndex, key: Any, value: str) -> None:
         values = index.get(key)
         if values is not None:
             values.pop(value, None)
@@ -390,7 +388,7 @@ class InMemoryStore(Store):
         out: dict[str, list[Entity]] = {}
         for name in names:
             key = normalize_name(name)
-            ids = self._names.get((group_id, key))
+            ids = self._names.get(name_key(group_id, key))
             if ids:
                 out[key] = sorted((table.get(i) for i in ids), key=lambda e: table.slot_of[e.id])  # type: ignore
         return out
@@ -561,21 +559,20 @@ class InMemoryStore(Store):
 
     @_locked
     def recent_episodes(self, group_id: str, before: datetime, n: int) -> list[Episode]:
-        timeline = self._timeline.get(group_id, [])
-        end = bisect.bisect_right(timeline, (to_micros(before), MAX))
+        timeline = self._timeline.get(group_id, Timeline())
+        end = timeline.end_of(to_micros(before))
         table = self._tables[Kind.EPISODE]
-        return table.records_at(slot for _, slot in timeline[max(0, end - n) : end])  # type: ignore[return-value]
+        return table.records_at(timeline.slots[max(0, end - n) : end])  # type: ignore[return-value]
 
     @_locked
     def episode_window(self, episode_id: str, before: int, after: int) -> list[Episode]:
         episode = self._tables[Kind.EPISODE].get(episode_id)
         if not isinstance(episode, Episode):
             return []
-        timeline = self._timeline.get(episode.group_id, [])
+        timeline = self._timeline.get(episode.group_id, Timeline())
         table = self._tables[Kind.EPISODE]
-        at = bisect.bisect_left(timeline, (to_micros(episode.reference_time), table.slot_of[episode_id]))
-        window = timeline[max(0, at - before) : at + after + 1]
-        return table.records_at(slot for _, slot in window)  # type: ignore[return-value]
+        at = timeline.position(to_micros(episode.reference_time), table.slot_of[episode_id])
+        return table.records_at(timeline.slots[max(0, at - before) : at + after + 1])  # type: ignore[return-value]
 
     # ------------------------------------------------------------------------------------------------------
     # graph algorithms and maintenance

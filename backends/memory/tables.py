@@ -4,9 +4,11 @@ query."""
 
 from __future__ import annotations
 
+import bisect
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +28,120 @@ MAX = np.iinfo(np.int64).max
 #: dict whose values are None: used as a set, but unlike a set not tracked by Python's cycle collector (a dict of
 #: strings only is left out of it), so a full garbage collection walks ~165,000 fewer objects at 100,000 facts.
 IdSet = dict[str, None]
+
+
+def name_key(group_id: str, name: str) -> str:
+    """The key of a normalized entity name in a group: one string (a tuple key would have the collector track the
+    index's key map), unambiguous whatever the two hold."""
+    return f"{len(group_id)}:{group_id}{name}"
+
+
+class SetIndex:
+    """A secondary index, key -> :data:`IdSet`, used as a dict of them (``get``, ``setdefault``, ``del``...). A
+    dict whose values are dicts is tracked by the collector, and every full collection visits each of its values
+    (~160,000 at 100,000 facts across the store's indexes); here the sets sit in a numpy array of objects, which it
+    does not walk (no cycle can pass through a set of strings), and the keys map to their positions in a dict of
+    integers, which it does not track."""
+
+    __slots__ = ("_at", "_free", "_sets", "_top")
+
+    def __init__(self) -> None:
+        self._at: dict[Hashable, int] = {}
+        self._sets = np.empty(16, dtype=object)
+        self._top = 0  # positions in use or freed are below it
+        self._free = array("q")
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._at
+
+    def __getitem__(self, key: Hashable) -> IdSet:
+        return self._sets[self._at[key]]  # type: ignore[no-any-return]
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        at = self._at.get(key)
+        return default if at is None else self._sets[at]
+
+    def __setitem__(self, key: Hashable, ids: IdSet) -> None:
+        at = self._at.get(key)
+        if at is None:
+            if self._free:
+                at = self._free.pop()
+            else:
+                at = self._top
+                self._top += 1
+                if at == len(self._sets):
+                    grown = np.empty(2 * at, dtype=object)
+                    grown[:at] = self._sets
+                    self._sets = grown
+            self._at[key] = at
+        self._sets[at] = ids
+
+    def setdefault(self, key: Hashable, default: IdSet) -> IdSet:
+        at = self._at.get(key)
+        if at is not None:
+            return self._sets[at]  # type: ignore[no-any-return]
+        self[key] = default
+        return default
+
+    def items(self) -> Iterator[tuple[Hashable, IdSet]]:
+        sets = self._sets
+        return ((key, sets[at]) for key, at in self._at.items())
+
+    def __delitem__(self, key: Hashable) -> None:
+        at = self._at.pop(key)
+        self._sets[at] = None
+        self._free.append(at)
+
+    def fill(self, keys: Sequence[Hashable], sets: Iterable[IdSet]) -> None:
+        """Hold ``sets`` under ``keys`` (distinct), this index being empty: a bulk restore's millions of sets."""
+        assert not self._at, "fill() is for an empty index"
+        n = len(keys)
+        self._at = dict(zip(keys, range(n), strict=True))
+        self._sets = np.empty(max(16, n), dtype=object)
+        self._sets[:n] = np.fromiter(sets, dtype=object, count=n)
+        self._top, self._free = n, array("q")
+
+
+class Timeline:
+    """A group's episodes in (reference time, slot) order, as two arrays of machine integers: a list of pairs
+    would cost every full collection a visit per episode."""
+
+    __slots__ = ("refs", "slots")
+
+    def __init__(self, pairs: Iterable[tuple[int, int]] = ()) -> None:
+        ordered = sorted(pairs)
+        self.refs = array("q", [ref for ref, _ in ordered])
+        self.slots = array("q", [slot for _, slot in ordered])
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Timeline) and (self.refs, self.slots) == (other.refs, other.slots)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def position(self, ref: int, slot: int) -> int:
+        """Where (``ref``, ``slot``) is, or would go."""
+        low = bisect.bisect_left(self.refs, ref)
+        return bisect.bisect_left(self.slots, slot, low, bisect.bisect_right(self.refs, ref, low))
+
+    def insert(self, ref: int, slot: int) -> None:
+        at = self.position(ref, slot)
+        self.refs.insert(at, ref)
+        self.slots.insert(at, slot)
+
+    def remove(self, ref: int, slot: int) -> None:
+        at = self.position(ref, slot)
+        del self.refs[at]
+        del self.slots[at]
+
+    def end_of(self, ref: int) -> int:
+        """The position after the last episode at or before ``ref``."""
+        return bisect.bisect_right(self.refs, ref)
 
 
 #: Records made from rows that a table keeps for its next reads: an episode reads the facts around its entities

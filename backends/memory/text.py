@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -69,7 +68,6 @@ def _as_bm25s(
     main = bm25s.BM25(k1=tokens.K1, b=tokens.B, method="lucene", dtype="float64")
     main.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": num_docs}
     main.vocab_dict = {term: i for i, term in enumerate(vocab)}
-    main.unique_token_ids_set = set(main.vocab_dict.values())
     main.nonoccurrence_array = None
     return main
 
@@ -98,9 +96,9 @@ class Built:
     ) -> None:
         self.main, self.slots, self.lengths = main, slots, lengths
         self._term_ids, self._starts, self._vocab = term_ids, starts, vocab
-        self.df: Counter[str] = Counter()
+        self.df: dict[str, int] = {}
         if main is not None:
-            self.df = Counter(dict(zip(vocab, np.diff(main.scores["indptr"]).tolist(), strict=True)))
+            self.df = dict(zip(vocab, np.diff(main.scores["indptr"]).tolist(), strict=True))
 
     def tokens(self, at: int) -> list[str]:
         """The tokens of the document at main position ``at``."""
@@ -191,12 +189,15 @@ class TextIndex:
         self._main_slots = np.zeros(0, dtype=np.int64)  # main position -> slot
         self._main_lengths = np.zeros(0, dtype=np.float64)  # main position -> its document's length in tokens
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
-        self._main_df: Counter[str] = Counter()
+        # Document frequencies: plain dicts of strings and integers, which the cycle collector does not track (a
+        # Counter it would, and walk each of its terms in every full collection; so too bm25s's own set of term
+        # ids, which only its retrieve() reads: not made).
+        self._main_df: dict[str, int] = {}
         self._main_len = 0
         self._tail: dict[int, dict[str, int]] = {}  # slot -> its term frequencies (see _term_counts)
         self._tail_lens: dict[int, int] = {}
         self._tail_postings: dict[str, dict[int, int]] = {}  # term -> {slot: term frequency}
-        self._tail_df: Counter[str] = Counter()
+        self._tail_df: dict[str, int] = {}
         self._tail_len = 0
         self._min_rebuild, self._fraction = min_rebuild, rebuild_fraction
         self.auto_rebuild = True  # off during bulk loads, which rebuild once at the end
@@ -236,7 +237,7 @@ class TextIndex:
         self._tail_len += length
         for term, tf in counts.items():
             self._tail_postings.setdefault(term, {})[slot] = tf
-            self._tail_df[term] += 1
+            self._tail_df[term] = self._tail_df.get(term, 0) + 1
 
     def _threshold(self) -> float:
         return max(self._min_rebuild, self._fraction * len(self._main_slots))
@@ -332,7 +333,7 @@ class TextIndex:
         self._main_current.view()[slots[current]] = True
 
     def _clear_tail(self) -> None:
-        self._tail, self._tail_lens, self._tail_postings, self._tail_df, self._tail_len = {}, {}, {}, Counter(), 0
+        self._tail, self._tail_lens, self._tail_postings, self._tail_df, self._tail_len = {}, {}, {}, {}, 0
 
     # -- snapshots ------------------------------------------------------------------------------------------
     def export(self) -> dict[str, object]:
@@ -403,7 +404,7 @@ class TextIndex:
             main = _as_bm25s(data, indices, indptr, vocab, num_docs)
         self._main = main
         self._set_main(slots, current, lengths)
-        self._main_df = Counter(dict(zip(df_terms, df_counts.tolist(), strict=True)))
+        self._main_df = dict(zip(df_terms, df_counts.tolist(), strict=True))
         self._main_len = main_len
         self._count = int(np.count_nonzero(current))
         self._clear_tail()
