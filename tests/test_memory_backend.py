@@ -143,10 +143,10 @@ def test_a_full_collection_visits_nothing_per_stored_record(tmp_path):
     held where the collector does not look (numpy arrays of objects, arrays of machine integers), so what it
     visits from a store does not grow with the records (the last records read, a bounded cache, are emptied
     here; tails of fresh texts are folded)."""
-    from tkg.backends.memory.rows import RowList
+    from tkg.backends.memory.arrays import ObjectList
     from tkg.snapshot import open_snapshot, save
 
-    rows = RowList([("a", 1)])
+    rows = ObjectList([("a", 1)])
     for i in range(2_000):
         rows.append((f"id{i}", i))
     rows[5] = None

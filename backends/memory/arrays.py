@@ -1,6 +1,10 @@
-"""Growable numpy columns: amortised O(1) appends, views for vectorised filtering."""
+"""Growable numpy columns: amortised O(1) appends, views for vectorised filtering; and a list of objects the
+cycle collector does not walk."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -71,3 +75,58 @@ class Matrix:
 
     def view(self) -> npt.NDArray[np.float32]:
         return self._data[: self.size]
+
+
+class ObjectList:
+    """A list of objects by position (None: an empty one) in a numpy array of objects that grows by doubling.
+    Python's cycle collector does not look inside numpy arrays: the objects held are not visited by its full
+    collections, which suits objects through which no reference cycle can pass (a table's rows of plain values,
+    an index's sets of strings), and only those."""
+
+    __ats__ = ("_items", "_size")
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        items = list(items)
+        self._size = len(items)
+        self._items = np.empty(max(16, self._size), dtype=object)
+        self._items[: self._size] = np.fromiter(items, dtype=object, count=self._size)
+
+    @classmethod
+    def empty(cls, size: int) -> ObjectList:
+        """``size`` empty positions."""
+        made = cls()
+        made._grow(size)
+        made._size = size
+        return made
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, at: int) -> Any:
+        if not 0 <= at < self._size:
+            raise IndexError(at)
+        return self._items[at]  # type: ignore[no-any-return]
+
+    def __setitem__(self, at: int, item: Any) -> None:
+        if not 0 <= at < self._size:
+            raise IndexError(at)
+        self._items[at] = item
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.copy())
+
+    def append(self, item: Any) -> None:
+        if self._size == len(self._items):
+            self._grow(2 * self._size)
+        self._items[self._size] = item
+        self._size += 1
+
+    def copy(self) -> list[Any]:
+        """The objects now, as a list."""
+        return self._items[: self._size].tolist()  # type: ignore[no-any-return]
+
+    def _grow(self, capacity: int) -> None:
+        if capacity > len(self._items):
+            items = np.empty(capacity, dtype=object)
+            items[: self._size] = self._items[: self._size]
+            self._items = items

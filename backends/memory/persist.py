@@ -41,8 +41,7 @@ from tkg.snapshot import pack
 from tkg.storage import IndexExport, RecordSet, Sections
 from tkg.timeutil import to_micros
 
-from .arrays import Column
-from .rows import RowList
+from .arrays import Column, ObjectList
 from .tables import MAX, MIN, SetIndex, Table, Timeline, name_key
 from .text import TextMismatch
 from .vectors import VectorIndex
@@ -259,9 +258,9 @@ def _restore_table(
     vectors = map(attrgetter(VECTOR_FIELD[kind]), recs) if kind in VECTOR_FIELD else repeat(None)
     rows = list(map(table.codec.pack, recs, vectors))  # the vectors are rows of the index's matrix already
     if size == n:  # no holes: slots are 0..n-1
-        table.rows = RowList(rows)
+        table.rows = ObjectList(rows)
     else:
-        table.rows = RowList.empty(size)
+        table.rows = ObjectList.empty(size)
         for slot, row in zip(slot_list, rows, strict=True):
             table.rows[slot] = row
     table.slot_of = dict(zip(map(_ID, recs), slot_list, strict=True))

@@ -14,19 +14,17 @@ tracked; nothing else changes for it.
 A record is built from its row when read (~1 us, no validation: it was validated when it was written), equal to
 the one written; each table keeps the last records it made for the next reads of the same rows (:mod:`.tables`).
 
-The rows themselves are held in a :class:`RowList`, a numpy array of objects, which the collector does not walk
-either: a list of rows, even of untracked ones, costs a full collection a visit of each item (at 100,000 facts the
-tables' lists made ~900,000 such visits, ~40% of a collection's time).
+The rows themselves are held in an :class:`.arrays.ObjectList`, a numpy array of objects, which the collector
+does not walk either: a list of rows, even of untracked ones, costs a full collection a visit of each item (at
+100,000 facts the tables' lists made ~900,000 such visits, ~40% of a collection's time).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any, TypeAlias
-
-import numpy as np
 
 from tkg.codec import enum_fields, field_codes, record_maker
 from tkg.models import RECORD_TYPES, Kind, Record, Vector
@@ -99,60 +97,6 @@ class RowCodec:
     def getter(self, *names: str) -> Callable[[Row], Any]:
         """Reads these fields from a row, as :func:`operator.itemgetter` does (plain fields only)."""
         return itemgetter(*(self.positions[name] for name in names))
-
-
-class RowList:
-    """The rows of a table by slot (None: an empty slot), in a numpy array of objects that grows by doubling.
-    Python's cycle collector does not look inside numpy arrays, which is safe here: a row holds plain values
-    only, so no reference cycle can pass through one."""
-
-    __slots__ = ("_items", "_size")
-
-    def __init__(self, rows: Iterable[Row | None] = ()) -> None:
-        items = list(rows)
-        self._size = len(items)
-        self._items = np.empty(max(16, self._size), dtype=object)
-        self._items[: self._size] = items if items else None
-
-    @classmethod
-    def empty(cls, size: int) -> RowList:
-        """``size`` empty slots."""
-        rows = cls()
-        rows._grow(size)
-        rows._size = size
-        return rows
-
-    def __len__(self) -> int:
-        return self._size
-
-    def __getitem__(self, slot: int) -> Row | None:
-        if not 0 <= slot < self._size:
-            raise IndexError(slot)
-        return self._items[slot]  # type: ignore[no-any-return]
-
-    def __setitem__(self, slot: int, row: Row | None) -> None:
-        if not 0 <= slot < self._size:
-            raise IndexError(slot)
-        self._items[slot] = row
-
-    def __iter__(self) -> Iterator[Row | None]:
-        return iter(self.copy())
-
-    def append(self, row: Row | None) -> None:
-        if self._size == len(self._items):
-            self._grow(2 * self._size)
-        self._items[self._size] = row
-        self._size += 1
-
-    def copy(self) -> list[Row | None]:
-        """The rows now, as a list (rows are immutable: a copy is a snapshot)."""
-        return self._items[: self._size].tolist()  # type: ignore[no-any-return]
-
-    def _grow(self, capacity: int) -> None:
-        if capacity > len(self._items):
-            items = np.empty(capacity, dtype=object)
-            items[: self._size] = self._items[: self._size]
-            self._items = items
 
 
 #: One codec per kind.

@@ -17,8 +17,8 @@ from tkg.models import Kind, Record, Vector
 from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
-from .arrays import Column, any_of
-from .rows import CODECS, Row, RowList
+from .arrays import Column, ObjectList, any_of
+from .rows import CODECS, Row
 from .vectors import Mask
 
 MIN = np.iinfo(np.int64).min
@@ -43,13 +43,12 @@ class SetIndex:
     does not walk (no cycle can pass through a set of strings), and the keys map to their positions in a dict of
     integers, which it does not track."""
 
-    __slots__ = ("_at", "_free", "_sets", "_top")
+    __slots__ = ("_at", "_free", "_sets")
 
     def __init__(self) -> None:
         self._at: dict[Hashable, int] = {}
-        self._sets = np.empty(16, dtype=object)
-        self._top = 0  # positions in use or freed are below it
-        self._free = array("q")
+        self._sets = ObjectList()
+        self._free = array("q")  # positions freed
 
     def __len__(self) -> int:
         return len(self._at)
@@ -67,15 +66,11 @@ class SetIndex:
     def __setitem__(self, key: Hashable, ids: IdSet) -> None:
         at = self._at.get(key)
         if at is None:
-            if self._free:
-                at = self._free.pop()
-            else:
-                at = self._top
-                self._top += 1
-                if at == len(self._sets):
-                    grown = np.empty(2 * at, dtype=object)
-                    grown[:at] = self._sets
-                    self._sets = grown
+            if not self._free:
+                self._at[key] = len(self._sets)
+                self._sets.append(ids)
+                return
+            at = self._free.pop()
             self._at[key] = at
         self._sets[at] = ids
 
@@ -98,11 +93,9 @@ class SetIndex:
     def fill(self, keys: Sequence[Hashable], sets: Iterable[IdSet]) -> None:
         """Hold ``sets`` under ``keys`` (distinct), this index being empty: a bulk restore's millions of sets."""
         assert not self._at, "fill() is for an empty index"
-        n = len(keys)
-        self._at = dict(zip(keys, range(n), strict=True))
-        self._sets = np.empty(max(16, n), dtype=object)
-        self._sets[:n] = np.fromiter(sets, dtype=object, count=n)
-        self._top, self._free = n, array("q")
+        self._at = dict(zip(keys, range(len(keys)), strict=True))
+        self._sets = ObjectList(sets)
+        self._free = array("q")
 
 
 class Timeline:
@@ -160,7 +153,7 @@ class Table:
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
         self.codec = CODECS[kind]
-        self.rows = RowList()  # by slot; None: a deleted record's slot
+        self.rows = ObjectList()  # rows by slot (None: a deleted record's slot), out of the collector's walk
         self._made: dict[int, tuple[Row, Record]] = {}  # slot -> (its row, the record last made of it)
         self.slot_of: dict[str, int] = {}
         self.alive = Column(np.bool_, False)
