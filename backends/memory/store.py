@@ -210,7 +210,10 @@ class InMemoryStore(Store):
         elif isinstance(record, Episode):
             ref = to_micros(record.reference_time)
             table.valid[slot] = ref
-            self._timeline.setdefault(record.group_id, Timeline()).insert(ref, slot)
+            timeline = self._timeline.get(record.group_id)
+            if timeline is None:
+                timeline = self._timeline[record.group_id] = Timeline()
+            timeline.insert(ref, slot)
         elif isinstance(record, Entity):
             table.set_labels(slot, record.labels)
             for name in (record.name, *record.aliases):
@@ -559,7 +562,9 @@ class InMemoryStore(Store):
 
     @_locked
     def recent_episodes(self, group_id: str, before: datetime, n: int) -> list[Episode]:
-        timeline = self._timeline.get(group_id, Timeline())
+        timeline = self._timeline.get(group_id)
+        if timeline is None:
+            return []
         end = timeline.end_of(to_micros(before))
         table = self._tables[Kind.EPISODE]
         return table.records_at(timeline.slots[max(0, end - n) : end])  # type: ignore[return-value]
@@ -569,7 +574,9 @@ class InMemoryStore(Store):
         episode = self._tables[Kind.EPISODE].get(episode_id)
         if not isinstance(episode, Episode):
             return []
-        timeline = self._timeline.get(episode.group_id, Timeline())
+        timeline = self._timeline.get(episode.group_id)
+        if timeline is None:
+            return []
         table = self._tables[Kind.EPISODE]
         at = timeline.position(to_micros(episode.reference_time), table.slot_of[episode_id])
         return table.records_at(timeline.slots[max(0, at - before) : at + after + 1])  # type: ignore[return-value]
