@@ -83,7 +83,7 @@ class ObjectList:
     collections, which suits objects through which no reference cycle can pass (a table's rows of plain values,
     an index's sets of strings), and only those."""
 
-    __ats__ = ("_items", "_size")
+    __slots__ = ("_items", "_size")
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
         items = list(items)
