@@ -77,12 +77,13 @@ def top_k(slots: npt.NDArray[np.int64], scores: npt.NDArray[np.float32], k: int)
 
 
 def dense_candidates(
-    scores: npt.NDArray[np.float32], keep: Callable[[npt.NDArray[np.int64]], Mask], k: int
+    scores: npt.NDArray[np.float32], keep: Callable[[npt.NDArray[np.int64]], Mask], k: int, margin: float = 0.0
 ) -> npt.NDArray[np.int64] | None:
     """For a score array over every slot, the slots that can hold the top ``k`` among positive scores at slots
     ``keep`` accepts: those at or above the k-th best of a strided sample of such slots (exact, like top_k's floor;
-    ties kept), already filtered by ``keep``. None when the array is small or the sample has fewer than k
-    accepted positive scores (the caller filters every slot instead)."""
+    ties kept), lowered by the relative ``margin`` (for approximate scores), already filtered by ``keep``. None
+    when the array is small or the sample has fewer than k accepted positive scores (the caller filters every slot
+    instead)."""
     n = len(scores)
     if n < _SAMPLE_FROM or n < 2 * _SAMPLE_PER_K * k or k <= 0:
         return None
@@ -94,7 +95,7 @@ def dense_candidates(
     if len(values) < k:
         return None
     floor = np.partition(values, len(values) - k)[len(values) - k]
-    slots = np.flatnonzero(scores >= floor)
+    slots = np.flatnonzero(scores >= (float(floor) * (1 - margin) if margin else floor))
     return slots[keep(slots)]
 
 
