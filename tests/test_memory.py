@@ -353,3 +353,46 @@ def test_an_episode_looks_its_names_up_at_once_and_reads_no_entity_twice():
     added = memory.add_facts([FactInput("Bob", "KNOWS", "Carol"), FactInput("Alice", "KNOWS", "Bob")], group_id="team")
     assert store.calls == {"entities_by_name": 1}
     assert {e.id for e in added.entities} == {e.id for e in first.entities}
+
+
+def test_an_episode_reads_the_facts_between_its_pairs_once_per_closest_read_and_never_for_a_new_entity():
+    """Around a user with many facts, a new fact's neighbourhood is read closest first; the facts between the
+    pairs that turns up are read in one call per closest-first read (the related statements' pairs together with
+    the new fact's own ends), and never for an entity the episode creates: it has no stored fact (each call is a
+    round trip on PostgreSQL; an earlier planner asked once per related statement and once more per new end)."""
+    from datetime import timedelta
+
+    from tkg.backends.memory import InMemoryStore
+    from tkg.llm.rules import RulesLLM
+
+    class Counting(InMemoryStore):
+        def __init__(self) -> None:
+            super().__init__(dim=64)
+            self.between: list[list[tuple[str, str]]] = []
+            self.closest = 0
+
+        def facts_between(self, pairs):
+            self.between.append(list(pairs))
+            return super().facts_between(pairs)
+
+        def closest_facts(self, *args, **kwargs):
+            self.closest += 1
+            return super().closest_facts(*args, **kwargs)
+
+    store = Counting()
+    memory = Memory(
+        store, embedder=HashEmbedder(dim=64), llm=RulesLLM(), clock=FixedClock(T), config=MemoryConfig(communities=None)
+    )
+    relations = ["LIKES", "VISITED", "KNOWS", "OWNS", "READ"]
+    start = datetime(2024, 6, 1, tzinfo=UTC)
+    for i in range(80):
+        store.between.clear()
+        store.closest = 0
+        thing = f"thing{i % 23}" if i < 60 else f"thing{i}"  # from 60 on, each episode names a new thing
+        when = start + timedelta(hours=i)
+        memory.add_episode(f"User: I {relations[i % 5]} {thing}.", group_id="me", reference_time=when)
+        if i >= 60:
+            created = {e.id for e in memory.find_entities(thing, group_ids=["me"])}
+            assert len(created) == 1
+            assert store.between and len(store.between) <= store.closest
+            assert not created & {end for pairs in store.between for pair in pairs for end in pair}

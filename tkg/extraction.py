@@ -119,6 +119,7 @@ class EpisodePlanner:
         self._named: dict[str, list[Entity]] = {}  # normalised name -> the stored entities of that exact name
         self._entities: dict[str, Entity] = {}  # the stored entities read so far, by id
         self._pairs: dict[tuple[str, str], list[Fact]] = {}
+        self._new: set[str] = set()  # ids of the entities this plan creates: no stored fact touches them
         self._slots: dict[tuple[str, str], list[Fact]] = {}
         self._times: dict[str, datetime] = {}
         #: Each fact shown to the LLM -> every fact of its statement (the verdict applies to all of them).
@@ -164,8 +165,9 @@ class EpisodePlanner:
         indexes."""
         near = sources | targets
         single = self.settings.ontology.single_valued(probe.relation)
-        related = self._related(probe, sorted(near))
-        paired = self._between([(s, t) for s in sorted(sources) for t in sorted(targets)])
+        pairs = [(s, t) for s in sorted(sources) for t in sorted(targets)]
+        related = self._related(probe, sorted(near), pairs)
+        paired = self._between(pairs)
         key = invalidation.text_key(probe.fact)
         mates = [
             f
@@ -259,10 +261,11 @@ class EpisodePlanner:
                 return
             k = most
 
-    def _related(self, probe: Fact, near: list[str]) -> dict[str, Fact]:
+    def _related(self, probe: Fact, near: list[str], pairs: Sequence[tuple[str, str]] = ()) -> dict[str, Fact]:
         """Facts under another relation that share an endpoint with the new fact (``near``) and say something
         close (sentence embeddings): "Ann LIVES_IN Paris" for "Ann MOVED_TO Berlin". At most
-        ``related_candidates`` statements, with every fact of each."""
+        ``related_candidates`` statements, with every fact of each. The facts between ``pairs`` are read in the
+        same store call (the caller's next read)."""
         limit = self.settings.related_candidates
         vector = self.vectors.get(probe.fact)
         if limit <= 0 or vector is None:
@@ -284,6 +287,7 @@ class EpisodePlanner:
                 break
             k = most
         ranked = set(sorted(best, key=lambda key: (-best[key], key))[:limit])
+        self._between([*pairs, *((source, target) for source, target, *_ in ranked)])  # one read for all
         out: dict[str, Fact] = {}
         for source, target, *_ in ranked:
             for f in self._between([(source, target)]):
@@ -357,13 +361,14 @@ class EpisodePlanner:
 
     def _between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         """The stored facts between the two entities of any pair, either way round (cached per episode: the store
-        does not change while an episode is planned)."""
+        does not change while an episode is planned; an entity this plan creates has none)."""
         cache = self._pairs
         keys = list(dict.fromkeys((min(a, b), max(a, b)) for a, b in pairs))
         missing = [k for k in keys if k not in cache]
+        for k in missing:
+            cache[k] = []
+        missing = [k for k in missing if not self._new.intersection(k)]
         if missing:
-            for k in missing:
-                cache[k] = []
             for fact in self.store.facts_between(missing):
                 a, b = fact.source_id, fact.target_id
                 cache[min(a, b), max(a, b)].append(fact)
@@ -501,6 +506,7 @@ class EpisodePlanner:
             plan.count("entity_new")
             current = Entity(id=new_id(), group_id=self.group, name=entity.name, created_at=self.now)
             plan.fresh_entities.append(current.id)
+            self._new.add(current.id)
         mention = Mention(
             self.episode.id,
             current.id,
