@@ -530,7 +530,7 @@ class TextIndex:
                 return found
         # bincount adds in input order, so each document's sum runs over the terms in query order
         documents, inverse = np.unique(np.concatenate([indices[a:b] for a, b, _ in terms]), return_inverse=True)
-        values = np.concatenate([value[codes[a:b]] for a, b, value in terms])
+        values = np.concatenate([np.take(value, codes[a:b]) for a, b, value in terms])
         sums = np.bincount(inverse, weights=values, minlength=len(documents))
         slots = self._main_slots[documents]
         keep = current[slots] & mask[slots] & (sums > 0)
@@ -555,7 +555,8 @@ class TextIndex:
         n = len(self._main_slots)
         scores = np.zeros(n, dtype=np.float32)
         for a, b, value in terms:
-            np.add.at(scores, _canonical(indices[a:b]), value.astype(np.float32)[codes[a:b]])
+            # np.take: twice as fast as indexing with the small codes
+            np.add.at(scores, _canonical(indices[a:b]), np.take(value.astype(np.float32), codes[a:b]))
         margin = 0.0 if len(terms) == 1 else (4 * len(terms) + 8) * 2.0**-24
         positions = dense_candidates(scores, lambda at: current[at] & mask[at], k, margin)
         if positions is None:
@@ -588,7 +589,7 @@ class TextIndex:
             at = np.minimum(np.searchsorted(postings, documents), b - a - 1)
             hit = np.flatnonzero(postings[at] == documents)
             found = np.zeros(len(documents), dtype=np.float64)
-            found[hit] = value[codes[a:b][at[hit]]]
+            found[hit] = np.take(value, codes[a:b][at[hit]])
             sums += found
         return sums
 
