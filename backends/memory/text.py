@@ -20,7 +20,7 @@ its (term frequency, document length) pair, so a query evaluates the formula onc
 (:func:`_pair_codes`); and a query whose postings cover a good share of the documents is summed in one float32
 array, whose sums are within a few rounding steps of the exact ones, so that only the documents near its top k
 are scored exactly (:meth:`TextIndex._search_dense`). bench_scale's fact queries at 1M: 5.3 / 8.6 ms p50 / p95
-scoring every posting by the formula in float64, 2.9 / 4.1 ms so.
+scoring every posting by the formula in float64, 2.4 / 3.2 ms so.
 
 Memory: tokens are not kept per document. A rebuild re-tokenizes the live texts (the store hands them over through
 ``source``), and removing a document of the main index re-tokenizes its old text to update the statistics; this
