@@ -232,7 +232,7 @@ class TextIndex:
         self._count = 0  # live documents
         self._main: bm25s.BM25 | None = None
         self._main_slots = np.zeros(0, dtype=np.int64)  # main position -> slot
-        self._main_lengths = np.zeros(0, dtype=np.float64)  # main position -> its document's length in tokens
+        self._main_lengths = np.zeros(0, dtype=np.int64)  # main position -> its document's length in tokens
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
         # main posting -> its (term frequency, document length) code; each code's frequency and length
         self._main_pairs = _pair_codes(np.zeros(0), np.zeros(0))
@@ -374,7 +374,7 @@ class TextIndex:
         self, slots: npt.NDArray[np.int64], current: npt.NDArray[np.bool_], lengths: npt.NDArray[np.int64]
     ) -> None:
         self._main_slots = slots
-        self._main_lengths = lengths.astype(np.float64)
+        self._main_lengths = lengths.astype(np.int64)
         self._main_current = Column(np.bool_, False, capacity=max(1024, int(slots.max(initial=0)) + 1))
         self._main_current.ensure(int(slots.max(initial=-1)) + 1)
         self._main_current.view()[slots[current]] = True
@@ -389,7 +389,7 @@ class TextIndex:
         out: dict[str, object] = {
             "format": FORMAT,
             "slots": self._main_slots,
-            "lengths": self._main_lengths.astype(np.int64),
+            "lengths": self._main_lengths,
             "current": self._main_current.view()[self._main_slots] if len(self._main_slots) else np.zeros(0, bool),
             "df_terms": list(self._main_df),
             "df_counts": np.fromiter(self._main_df.values(), dtype=np.int64, count=len(self._main_df)),
