@@ -1006,7 +1006,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **contract(results, args),
         "benchmark": "core",
         "machine": info,
-        "args": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
+        "args": render.plain_args(args),
         "targets_ms": {"add_episode_engine_p50": TARGET_MS, "search_p95": TARGET_MS},
         "results": results,
         "elapsed_s": time.perf_counter() - started,

@@ -351,7 +351,7 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
         "bench": NAME,
         "command": render.command_line(),
         "machine": bench_core.machine(),
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("worker")},
+        "args": render.plain_args(args, leave_out=["worker", "worker_out"]),
         "started": started,
         "seconds": seconds,
         "tables": [
