@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tkg import selection
 from tkg.backends.memory import text as text_module
-from tkg.backends.memory import vectors as vectors_module
 from tkg.backends.memory.text import FORMAT, TextIndex, TextMismatch, tokenize
-from tkg.backends.memory.vectors import top_k
+from tkg.selection import top_k
 from tkg.tokens import K1, B, idf, rank_score
 
 # Few words, so documents share terms and scores tie; "the"/"and" are stop words; "zebra" is never indexed.
@@ -379,7 +379,7 @@ def test_dense_candidates_hold_the_exact_top_k(n: int, distinct: int, k: int, ke
     everything = np.flatnonzero((scores > 0) & kept)
     expected = top_k(everything, scores[everything], k)
     with sampling_everywhere():
-        found = vectors_module.dense_candidates(scores, lambda at: kept[at], k)
+        found = selection.dense_candidates(scores, lambda at: kept[at], k)
     if found is not None:
         assert bool(kept[found].all()) and top_k(found, scores[found], k) == expected
     # the floor is used whenever the sample holds k accepted matches
@@ -390,12 +390,12 @@ def test_dense_candidates_hold_the_exact_top_k(n: int, distinct: int, k: int, ke
 @contextmanager
 def sampling_everywhere() -> Iterator[None]:
     """Take top_k's sampled floor at any size, from a sample of k (the smallest allowed)."""
-    saved = vectors_module._SAMPLE_FROM, vectors_module._SAMPLE_PER_K
-    vectors_module._SAMPLE_FROM, vectors_module._SAMPLE_PER_K = 0, 1
+    saved = selection.SAMPLE_FROM, selection.SAMPLE_PER_K
+    selection.SAMPLE_FROM, selection.SAMPLE_PER_K = 0, 1
     try:
         yield
     finally:
-        vectors_module._SAMPLE_FROM, vectors_module._SAMPLE_PER_K = saved
+        selection.SAMPLE_FROM, selection.SAMPLE_PER_K = saved
 
 
 def test_a_dense_search_keeps_documents_its_float32_sums_rank_just_below_the_cut() -> None:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
@@ -26,6 +30,27 @@ B = 0.75
 def idf(documents: int, df: int) -> float:
     """A term's inverse document frequency among ``documents`` of which ``df`` hold it (Lucene: never negative)."""
     return math.log(1.0 + (documents - df + 0.5) / (df + 0.5))
+
+
+Number = TypeVar("Number", float, npt.NDArray[np.float64])
+
+
+def term_part(weight: float, tf: Number, dl: Number, average: float) -> Number:
+    """What a query term of ``weight`` (its idf) adds to the score of a document of ``dl`` tokens holding it
+    ``tf`` times, ``average`` being the documents' mean length: the same float64 operations in the same order in
+    every backend (scalars or numpy arrays of postings)."""
+    return weight * tf / (K1 * (1 - B + B * dl / average) + tf)
+
+
+def bm25_sums(
+    columns: Sequence[tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.float64]]],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The documents of ``columns`` -- one (documents, their :func:`term_part`) pair per query term, in query
+    order -- and their BM25 sums, each added in query-term order (bincount adds in input order) as a loop over
+    the terms would."""
+    documents, inverse = np.unique(np.concatenate([d for d, _ in columns]), return_inverse=True)
+    sums = np.bincount(inverse, weights=np.concatenate([v for _, v in columns]), minlength=len(documents))
+    return documents.astype(np.int64, copy=False), sums.astype(np.float64, copy=False)
 
 
 def rank_score(score: float) -> float:

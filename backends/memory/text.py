@@ -39,10 +39,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tkg import tokens
-from tkg.tokens import idf, tokenize
+from tkg.selection import Mask, dense_candidates, top_k
+from tkg.tokens import bm25_sums, idf, term_part, tokenize
 
 from .arrays import Column
-from .vectors import Mask, dense_candidates, top_k
 
 #: Every live document as (slot, text).
 Source = Callable[[], Iterable[tuple[int, str]]]
@@ -224,9 +224,6 @@ class TextMismatch(Exception):
 
 
 class TextIndex:
-    K1 = tokens.K1
-    B = tokens.B
-
     def __init__(self, source: Source, *, min_rebuild: int = 2048, rebuild_fraction: float = 0.25) -> None:
         self._source = source  # every live (slot, text), for rebuilds
         self._count = 0  # live documents
@@ -494,11 +491,6 @@ class TextIndex:
             found.sort(key=lambda item: (-item[1], item[0]))
         return found[:k]
 
-    def _weigh(
-        self, weight: float, tf: npt.NDArray[np.float64], lengths: npt.NDArray[np.float64], average: float
-    ) -> npt.NDArray[np.float64]:
-        return weight * tf / (self.K1 * (1 - self.B + self.B * lengths / average) + tf)
-
     def _search_main(
         self, main: bm25s.BM25, weights: dict[str, float], average: float, k: int, mask: Mask
     ) -> list[tuple[int, float]]:
@@ -512,7 +504,7 @@ class TextIndex:
         # each query term with postings, in query order: its postings' range and its value for each pair code
         codes, pair_tf, pair_dl = self._main_pairs
         terms = [
-            (a, b, self._weigh(w, pair_tf, pair_dl, average))
+            (a, b, term_part(w, pair_tf, pair_dl, average))
             for (a, b), (_, w) in zip(spans, columns, strict=True)
             if b > a
         ]
@@ -528,10 +520,7 @@ class TextIndex:
             found = self._search_dense(indices, terms, total, k, mask)
             if found is not None:
                 return found
-        # bincount adds in input order, so each document's sum runs over the terms in query order
-        documents, inverse = np.unique(np.concatenate([indices[a:b] for a, b, _ in terms]), return_inverse=True)
-        values = np.concatenate([np.take(value, codes[a:b]) for a, b, value in terms])
-        sums = np.bincount(inverse, weights=values, minlength=len(documents))
+        documents, sums = bm25_sums([(indices[a:b], np.take(value, codes[a:b])) for a, b, value in terms])
         slots = self._main_slots[documents]
         keep = current[slots] & mask[slots] & (sums > 0)
         return top_k(slots[keep], sums[keep].astype(np.float32), k)
@@ -609,12 +598,10 @@ class TextIndex:
             dl = np.fromiter(map(lengths.__getitem__, postings.keys()), dtype=np.float64, count=n)
             keep = mask[slots]
             found_slots.append(slots[keep])
-            found_scores.append(self._weigh(weight, tf[keep], dl[keep], average))
+            found_scores.append(term_part(weight, tf[keep], dl[keep], average))
         if not found_slots or not sum(map(len, found_slots)):
             return []
-        slots, inverse = np.unique(np.concatenate(found_slots), return_inverse=True)
-        # in query order, like a loop over the terms (bincount adds in input order)
-        sums = np.bincount(inverse, weights=np.concatenate(found_scores), minlength=len(slots))
+        slots, sums = bm25_sums(list(zip(found_slots, found_scores, strict=True)))
         return top_k(slots, sums.astype(np.float32), k)
 
     def stats(self) -> dict[str, int]:

@@ -22,7 +22,7 @@ from tkg.vector_sketches import BITS
 from .connection import connect, describe
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ VACUUM_LOADED = "VACUUM {s}.facts, {s}.facts_terms, {s}.entities_terms, {s}.epis
 #: Fresh planner statistics for the tables searches read.
 ANALYZE = (
     "ANALYZE {s}.facts, {s}.entities, {s}.episodes, {s}.communities, {s}.facts_terms, {s}.entities_terms, "
-    "{s}.episodes_terms, {s}.communities_terms, {s}.text_df, {s}.fact_verdicts"
+    "{s}.episodes_terms, {s}.communities_terms, {s}.fact_verdicts"
 )
 
 
@@ -298,6 +298,13 @@ def _migrate_to_6(conn: psycopg.Connection[Any], schema: str, settings: dict[str
     conn.execute(render(_V6, schema))
 
 
+# Version 7: BM25 takes a term's document frequency from its postings, which a query reads whole and scores in the
+# client (.search), no longer from text_df, which kept it (and bounds for pruning in SQL) at the cost of two
+# statements in every write.
+def _migrate_to_7(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render("DROP TABLE {s}.text_df", schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
@@ -306,6 +313,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], N
     4: _migrate_to_4,
     5: _migrate_to_5,
     6: _migrate_to_6,
+    7: _migrate_to_7,
 }
 
 

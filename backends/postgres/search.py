@@ -9,14 +9,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import psycopg
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
 from tkg.models import VECTOR_FIELD, Fact, Kind, Vector
+from tkg.selection import top_k
 from tkg.storage import Hit
 from tkg.timeline import Scope
-from tkg.tokens import K1, B, idf, rank_score, tokenize
+from tkg.tokens import bm25_sums, idf, term_part, tokenize
 from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
 
 from .records import TEXT_KINDS, from_rows, select
@@ -25,73 +27,48 @@ from .scope import scope_where
 from .session import Session
 from .terms import postings_table
 
-# A query first scores only the documents holding one of its rarest terms when their postings are at most this
-# share of all its postings (and the others hold at least _PRUNE_MIN postings): see text_search.
-_RARE_SHARE = 1 / 3
-_PRUNE_MIN = 200
-
-
-def split_rare(weighed: Sequence[tuple[str, int, float]]) -> tuple[list[str], float]:
-    """The rarest terms of ``(term, df, most it can add to a score)`` whose postings are at most ``_RARE_SHARE``
-    of the query's, and what the other terms can add at most together (the bound on a document holding none of
-    the rare ones); ``([], 0)`` when scoring every posting is as cheap."""
-    total = sum(df for _, df, _ in weighed)
-    rare: list[str] = []
-    seen = 0
-    for term, df, _ in sorted(weighed, key=lambda t: (t[1], t[0])):
-        if seen + df > total * _RARE_SHARE:
-            break
-        rare.append(term)
-        seen += df
-    if not rare or total - seen < _PRUNE_MIN:
-        return [], 0.0
-    return rare, sum(most for term, _, most in weighed if term not in rare)
-
-
-#: The documents of a kind, their total length in tokens, and each query term's document frequency.
-CORPUS_STATISTICS = (
-    "SELECT (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE kind = %(kind)s), "
-    "(SELECT coalesce(sum(tokens), 0) FROM {s}.counts WHERE kind = %(kind)s), "
-    "array(SELECT array[coalesce(d.df, 0), coalesce(d.max_tf, 0), coalesce(d.min_dl, 0)] "
-    "FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, i) "
-    "LEFT JOIN {s}.text_df d ON d.kind = %(kind)s AND d.term = u.term ORDER BY u.i)"
+#: One row per query term holding postings: the term and its postings packed as big-endian (seq int8, tf int4,
+#: dl int4), 16 bytes each (read from the postings table's covering index); and one row (term NULL) with the
+#: documents of the kind and their total length in tokens. All from one snapshot.
+POSTINGS = (
+    "SELECT NULL::text, (SELECT coalesce(sum(n), 0) FROM {{s}}.counts WHERE kind = %(kind)s)::int8, "
+    "(SELECT coalesce(sum(tokens), 0) FROM {{s}}.counts WHERE kind = %(kind)s)::int8, NULL::bytea UNION ALL "
+    "SELECT p.term, NULL, NULL, string_agg(int8send(p.seq) || int4send(p.tf) || int4send(p.dl), '') "
+    "FROM {{s}}.{postings} p WHERE p.term = ANY(%(terms)s::text[]) GROUP BY p.term"
 )
+_POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
+
+#: The best documents are checked against the scope in batches, this many times k first (then four times more
+#: each time fewer than k of them pass).
+_FIRST_BATCH = 2
 
 
-def bm25_statements(kind: Kind, where: str) -> tuple[str, str]:
-    """The top-k BM25 query over every posting of the query's terms, and the same over the documents holding
-    one of the ``rare`` terms only. Each term's part is computed as :mod:`tkg.tokens` writes it (the same float64
-    operations in the same order); the sum is ranked as its float4 (``rank_score``), equal scores by ``seq``."""
-    postings, table = postings_table(kind), TABLES[kind].name
-    part = "u.w * p.tf / (%(k1)s * (1 - %(b)s + %(b)s * p.dl / %(average)s) + p.tf)"
-    terms = "unnest(%(terms)s::text[], %(weights)s::float8[]) AS u(term, w)"
-    # Documents are scored and sorted first, then looked up by seq in that order until k pass the scope: the
-    # scope's filter is read for the best documents only, not for the whole table.
-    ranked = (
-        f" ORDER BY score DESC, seq) s CROSS JOIN LATERAL (SELECT r.id FROM {{s}}.{table} r "
-        f"WHERE r.seq = s.seq AND {where}) r ORDER BY s.score DESC, s.seq LIMIT %(k)s"
-    )
-    scored = (
-        f"SELECT r.id, s.score FROM (SELECT p.seq, sum({part})::float4 AS score FROM {terms} "
-        f"JOIN {{s}}.{postings} p ON p.term = u.term GROUP BY p.seq{ranked}"
-    )
-    # MaxScore over the rare terms: their postings alone give each document a partial score and the k-th best
-    # admitted one (a floor: full scores are higher); a document can reach the top k only if its partial score
-    # plus what the other terms can add at most (%(bound)s) reaches the floor, and only those few
-    # are completed by index lookups. No row comes back when fewer than k admitted documents hold a rare term.
-    pruned = (
-        f"WITH partial AS MATERIALIZED (SELECT p.seq, sum({part}) AS score "
-        "FROM unnest(%(rare)s::text[], %(rare_weights)s::float8[]) AS u(term, w) "
-        f"JOIN {{s}}.{postings} p ON p.term = u.term GROUP BY p.seq), "
-        "floor AS (SELECT min(t.score) AS score, count(*) AS n FROM (SELECT s.score FROM "
-        f"(SELECT seq, score FROM partial ORDER BY score DESC) s CROSS JOIN LATERAL (SELECT 1 FROM {{s}}.{table} r "
-        f"WHERE r.seq = s.seq AND {where}) r LIMIT %(k)s) t), "
-        "candidates AS (SELECT s.seq FROM partial s, floor f "
-        "WHERE f.n = %(k)s AND s.score + %(bound)s >= f.score * (1 - 1e-9)) "
-        f"SELECT r.id, s.score FROM (SELECT c.seq, sum({part})::float4 AS score FROM candidates c CROSS JOIN {terms} "
-        f"JOIN {{s}}.{postings} p ON p.term = u.term AND p.seq = c.seq GROUP BY c.seq{ranked}"
-    )
-    return scored, pruned
+def bm25_ranked(
+    terms: Sequence[str], rows: Sequence[tuple[Any, ...]]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The documents (seqs) holding a query term and their BM25 scores as every backend ranks them
+    (:func:`~tkg.tokens.rank_score`), from the rows of :data:`POSTINGS`: each term's part computed and the parts
+    summed in query-term order (:mod:`tkg.tokens`), with the statistics of the same snapshot -- a term's document
+    frequency is the number of its postings."""
+    documents = tokens = 0
+    packed: dict[str, bytes] = {}
+    for term, n, length, postings in rows:
+        if term is None:
+            documents, tokens = int(n), int(length)
+        else:
+            packed[term] = postings
+    average = max(1e-9, tokens / documents) if documents else 1.0
+    columns = []
+    for term in terms:
+        if term in packed:
+            postings = np.frombuffer(packed[term], dtype=_POSTING)
+            weight = idf(documents, len(postings))
+            values = term_part(weight, postings["tf"].astype(np.float64), postings["dl"].astype(np.float64), average)
+            columns.append((postings["seq"].astype(np.int64), values))
+    if not columns:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    seqs, sums = bm25_sums(columns)
+    return seqs, sums.astype(np.float32)
 
 
 def _index_walk_or_exact(
@@ -184,34 +161,29 @@ class Search(Session):
         terms = list(dict.fromkeys(tokenize(query)))
         if k <= 0 or not terms:
             return []  # nothing asked, or stop words only
-        params: dict[str, Any] = {"kind": kind.value, "terms": terms, "k": int(k), "k1": K1, "b": B}
+        params: dict[str, Any] = {"kind": kind.value, "terms": terms}
         where = scope_where(kind, scope, params)
-        scored, pruned = bm25_statements(kind, where)
+        postings = self._q(POSTINGS.format(postings=postings_table(kind)))
+        admitted = self._q(
+            f"SELECT seq, id FROM {{s}}.{TABLES[kind].name} WHERE seq = ANY(%(seqs)s::int8[]) AND {where}"
+        )
 
-        def run(cur: psycopg.Cursor[Any]) -> list[Any]:
-            row = cur.execute(self._q(CORPUS_STATISTICS), params).fetchone()
-            assert row is not None  # an aggregate always gives one row
-            documents, tokens, found = int(row[0]), int(row[1]), list(row[2])
-            average = max(1e-9, tokens / documents) if documents else 1.0
-            weighed = []  # (term, idf, df, the most it adds to any document's score: its highest tf part)
-            for term, (df, max_tf, min_dl) in zip(terms, found, strict=True):
-                if df:
-                    w = idf(documents, df)
-                    weighed.append((term, w, df, w * max_tf / (K1 * (1 - B + B * min_dl / average) + max_tf)))
-            if not weighed:
-                return []
-            params.update(terms=[t[0] for t in weighed], weights=[t[1] for t in weighed], average=average)
-            # A document holding none of the rare terms scores at most what the others can add. So when the
-            # documents holding a rare term fill the top k above that, no other document can enter it: score
-            # those instead of every posting (MaxScore).
-            rare, bound = split_rare([(t[0], t[2], t[3]) for t in weighed])
-            if rare:
-                weight = {t[0]: t[1] for t in weighed}
-                rows = cur.execute(
-                    self._q(pruned), {**params, "rare": rare, "rare_weights": [weight[t] for t in rare], "bound": bound}
-                ).fetchall()
-                if len(rows) == k and rows[-1][1] > rank_score(bound * (1 + 1e-9)):
-                    return rows
-            return cur.execute(self._q(scored), params).fetchall()
+        def run(cur: psycopg.Cursor[Any]) -> list[tuple[str, float]]:
+            # Every posting of the query's terms is scored here, not in SQL (PostgreSQL's executor costs ~1 us per
+            # posting and row it passes on; the packed postings come at ~0.2 us): then the best documents are
+            # checked against the scope, best first, until k pass.
+            seqs, scores = bm25_ranked(terms, cur.execute(postings, params).fetchall())
+            checked: dict[int, str | None] = {}
+            size = _FIRST_BATCH * k
+            while True:
+                best = top_k(seqs, scores, size)
+                unchecked = [seq for seq, _ in best if seq not in checked]
+                if unchecked:
+                    checked.update(dict.fromkeys(unchecked))
+                    checked.update(cur.execute(admitted, {**params, "seqs": unchecked}).fetchall())
+                found = [(rid, score) for seq, score in best if (rid := checked[seq]) is not None]
+                if len(found) >= k or len(best) < size:
+                    return found[:k]
+                size *= 4
 
-        return [Hit(rid, float(score)) for rid, score in self._read(run)]
+        return [Hit(rid, score) for rid, score in self._read(run)]

@@ -5,7 +5,8 @@ One :class:`PostgresStore` holds one connection (calls from several threads take
 nothing of the batch behind. Several processes may share a database; :meth:`PostgresStore.group_lock` is the
 cross-process lock on one group that keeps two writers' read-modify-write cycles from interleaving.
 
-Reads are one statement each (a text search may run two or three); a read whose connection dropped is retried
+Reads are one statement each (a text search reads its terms' postings in one, then checks the best documents
+against the scope in another, rarely more); a read whose connection dropped is retried
 once on a new connection. Every value travels as a query parameter; only the schema name, checked against a
 strict pattern and quoted, is spliced into statement text.
 """

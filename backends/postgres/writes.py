@@ -17,7 +17,7 @@ from tkg.storage import WriteBatch
 from .records import TEXT_KINDS, Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
 from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED
 from .session import Session
-from .terms import Delta, add_postings, apply_df, drop_postings
+from .terms import Delta, add_postings, drop_postings
 
 Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
 
@@ -74,7 +74,6 @@ class Writes(Session):
             self._drop_derived(cur, kind, [key[0] for key in keys], text)
             for (group,) in self._delete(cur, kind, keys):
                 delta[(kind.value, group)] -= 1
-        apply_df(cur, self._q, text)
         self._count(cur, delta, text.tokens)
 
     # Rows derived from a record and kept beside it in the same transaction: the BM25 postings of a text record
