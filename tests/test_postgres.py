@@ -498,6 +498,182 @@ def test_bm25_follows_a_rewrite_that_raises_a_term_frequency(server: EmbeddedPos
         assert ours[0][0] == "b0"  # the rewritten document leads
 
 
+def pack_state(server: EmbeddedPostgres, schema: str) -> tuple[int, int, int]:
+    """(upto, stale records, postings written since) of the entities' packed postings."""
+    upto = f"(SELECT coalesce(max(upto), 0) FROM \"{schema}\".packed WHERE kind = 'entity')"
+    with admin(server) as conn:
+        row = conn.execute(
+            f'SELECT {upto}, (SELECT count(*) FROM "{schema}".entities_stale), '
+            f'(SELECT count(*) FROM "{schema}".entities_terms WHERE seq > {upto})'
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_bm25_over_packed_postings_ranks_as_the_reference_through_rewrites_deletions_and_repacks(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, data: st.DataObject
+) -> None:
+    """Random batches of new, rewritten and deleted entities, with repacks of the postings due after a few
+    changes: after every batch, text search gives the reference's ids and scores, ties included, whatever is
+    packed, stale (rewritten or deleted since the pack: its packed postings ignored) or written since."""
+    from tkg.backends.postgres import terms
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", data.draw(st.integers(1, 12), label="repack_min"))
+    monkeypatch.setattr(terms, "REPACK_SHARE", 0.5)
+    words = ["coffee", "morning", "office", "espresso", "lisbon", "violin", "glacier", "kyoto"]
+    oracle = ReferenceStore(dim=DIM)
+    schema = new_postgres_schema()
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        stored: dict[str, Entity] = {}
+        for step in range(data.draw(st.integers(2, 6), label="batches")):
+            puts, deletes = [], []
+            for _ in range(data.draw(st.integers(1, 8))):
+                rid = f"e{data.draw(st.integers(0, 14))}"
+                if rid in stored and data.draw(st.booleans()):
+                    if all(d[1] != rid for d in deletes) and all(p.id != rid for p in puts):
+                        deletes.append(("entity", rid))
+                    continue
+                summary = " ".join(data.draw(st.lists(st.sampled_from(words), max_size=6)))
+                if any(d[1] == rid for d in deletes):
+                    continue
+                puts = [p for p in puts if p.id != rid]
+                puts.append(Entity(id=rid, group_id="gh"[int(rid[1:]) % 2], name=rid, created_at=T0, summary=summary))
+            batch = WriteBatch(puts=puts, deletes=deletes)
+            for target in (store, oracle):
+                target.write(batch)
+            for p in puts:
+                stored[p.id] = p
+            for _, rid in deletes:
+                stored.pop(rid, None)
+            for query in ("coffee espresso", "morning office lisbon violin", "kyoto", "glacier coffee office"):
+                for groups in (["g"], None):
+                    scope = make_scope(T0 + timedelta(days=1), groups)
+                    for k in (1, 3, 20):
+                        ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, k, scope)]
+                        theirs = [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, k, scope)]
+                        assert ours == theirs, (step, query, groups, k)
+
+
+def test_bm25_searches_packs_stale_records_and_new_postings_at_once(server: EmbeddedPostgres, monkeypatch) -> None:
+    """One state with all three parts at once -- postings packed, records rewritten and deleted since (stale), and
+    records written since -- ranks as the reference."""
+    from tkg.backends.postgres import terms
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", 10)
+    oracle = ReferenceStore(dim=DIM)
+    schema = new_postgres_schema()
+    entities = [
+        Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary=" ".join(["coffee"] * (1 + i % 3)))
+        for i in range(12)
+    ]
+    batches = [
+        WriteBatch(puts=entities),  # 12 >= 10 behind: packed
+        WriteBatch(puts=[dataclasses.replace(entities[2], summary="espresso coffee coffee coffee")]),
+        WriteBatch(deletes=[("entity", "e5")]),
+        WriteBatch(puts=[Entity(id="n1", group_id="g", name="N1", created_at=T0, summary="coffee espresso")]),
+    ]
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        for batch in batches:
+            store.write(batch)
+            oracle.write(batch)
+        upto, stale, since = pack_state(server, schema)
+        assert upto > 0 and stale == 2 and since == 3  # e2 and e5 stale; n1's postings since (name, summary)
+        scope = make_scope(T0 + timedelta(days=1), ["g"])
+        for query in ("coffee", "espresso", "coffee espresso"):
+            ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, 20, scope)]
+            assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, 20, scope)]
+        assert "e5" not in [h.id for h in store.text_search(Kind.ENTITY, "coffee", 20, scope)]
+
+
+def test_a_repack_waits_for_a_write_in_flight_and_loses_none_of_its_postings(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write holds the packs' lock shared from its first statement: a repack started while the write is in
+    flight (its record already has its seq, lower than that of a record another store wrote and committed since)
+    waits for it, so the write's postings are packed or above the new upto, never lost between the two."""
+    import threading
+
+    from tkg.backends.postgres import terms
+    from tkg.backends.postgres import writes as pg_writes
+
+    schema = new_postgres_schema()
+    inside, release = threading.Event(), threading.Event()
+    real = pg_writes.add_postings
+
+    def slow(cur: Any, q: Any, kind: Kind, records: Any, delta: Any) -> None:
+        real(cur, q, kind, records, delta)
+        if any(r.id == "slow" for r in records):
+            inside.set()
+            assert release.wait(30)
+
+    monkeypatch.setattr(pg_writes, "add_postings", slow)
+    with (
+        PostgresStore(server.dsn, dim=DIM, schema=schema) as first,
+        PostgresStore(server.dsn, dim=DIM, schema=schema) as second,
+    ):
+        slow_one = Entity(id="slow", group_id="g", name="Slow", created_at=T0, summary="violin")
+        writer = threading.Thread(target=first.write, args=(WriteBatch(puts=[slow_one]),))
+        writer.start()
+        assert inside.wait(30)
+        second.write(WriteBatch(puts=[Entity(id="fast", group_id="g", name="Fast", created_at=T0, summary="violin")]))
+
+        def repack(cur: Any) -> None:
+            terms.repack(cur, second._q, Kind.ENTITY, second._packs_lock)
+
+        packer = threading.Thread(target=second._transaction, args=(repack,))
+        packer.start()
+        with admin(server) as conn:  # the repack waits on the advisory lock the write holds
+            for _ in range(3000):
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                if waiting and waiting[0]:
+                    break
+                threading.Event().wait(0.01)
+            assert waiting and waiting[0] == 1
+        release.set()
+        writer.join(30)
+        packer.join(30)
+        assert pack_state(server, schema)[0] > 0
+        scope = make_scope(T0 + timedelta(days=1), ["g"])
+        assert sorted(h.id for h in second.text_search(Kind.ENTITY, "violin", 10, scope)) == ["fast", "slow"]
+
+
+def test_a_repack_that_fails_leaves_the_committed_write_and_is_tried_again(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The repack a write triggers runs after the write committed: when it fails, the write still returns (its
+    record stored and found), the failure is logged, and a later write repacks."""
+    from tkg.backends.postgres import terms
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", 1)
+    real = terms.repack
+
+    def broken(*args: Any) -> None:
+        raise psycopg.OperationalError("the server went away")
+
+    schema = new_postgres_schema()
+    scope = make_scope(T0 + timedelta(days=1), ["g"])
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        monkeypatch.setattr(terms, "repack", broken)
+        store.write(WriteBatch(puts=[Entity(id="a", group_id="g", name="A", created_at=T0, summary="violin")]))
+        assert "repacking the entity postings failed (the write was committed)" in caplog.text
+        assert pack_state(server, schema)[0] == 0
+        assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a"]
+        monkeypatch.setattr(terms, "repack", real)
+        store.write(WriteBatch(puts=[Entity(id="b", group_id="g", name="B", created_at=T0, summary="violin")]))
+        upto, stale, since = pack_state(server, schema)
+        assert upto > 0 and stale == 0 and since == 0  # both records packed
+        assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b"]
+
+
 # -- bad input ----------------------------------------------------------------------------------------------------
 def test_unreachable_dsn() -> None:
     with pytest.raises(BackendError, match=r"cannot connect to PostgreSQL at .*127.0.0.1.*Is the server running"):

@@ -22,7 +22,7 @@ from tkg.vector_sketches import BITS
 from .connection import connect, describe
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -305,6 +305,26 @@ def _migrate_to_7(conn: psycopg.Connection[Any], schema: str, settings: dict[str
     conn.execute(render("DROP TABLE {s}.text_df", schema))
 
 
+# Version 8: each text table's postings are also kept packed per term (.terms: <table>_packs, <table>_stale and the
+# kind's upto in packed), so that a query reads a common term's postings as one value. The packs of the records
+# already stored are written by the backfill the store hands to ensure_schema (nothing packed is also correct:
+# every posting is then read from the postings table).
+_V8 = """
+CREATE TABLE {s}.packed (kind text PRIMARY KEY, upto bigint NOT NULL, records bigint NOT NULL);
+"""
+_V8_TABLE = """
+CREATE TABLE {s}.{table}_packs (term text PRIMARY KEY, postings bytea NOT NULL);
+ALTER TABLE {s}.{table}_packs ALTER COLUMN postings SET STORAGE EXTERNAL;
+CREATE TABLE {s}.{table}_stale (seq bigint PRIMARY KEY);
+"""
+
+
+def _migrate_to_8(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render(_V8, schema))
+    for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY):
+        conn.execute(render(_V8_TABLE.replace("{table}", TABLES[kind].name), schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
@@ -314,6 +334,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], N
     5: _migrate_to_5,
     6: _migrate_to_6,
     7: _migrate_to_7,
+    8: _migrate_to_8,
 }
 
 

@@ -25,17 +25,27 @@ from .records import TEXT_KINDS, from_rows, select
 from .schema import TABLES
 from .scope import scope_where
 from .session import Session
-from .terms import postings_table
+from .terms import POSTING, UPTO, postings_table
 
-#: One row per query term holding postings: the term and its postings packed as big-endian (seq int8, tf int4,
-#: dl int4), 16 bytes each (read from the postings table's covering index); and one row (term NULL) with the
-#: documents of the kind and their total length in tokens. All from one snapshot.
-POSTINGS = (
-    "SELECT NULL::text, (SELECT coalesce(sum(n), 0) FROM {{s}}.counts WHERE kind = %(kind)s)::int8, "
-    "(SELECT coalesce(sum(tokens), 0) FROM {{s}}.counts WHERE kind = %(kind)s)::int8, NULL::bytea UNION ALL "
-    "SELECT p.term, NULL, NULL, string_agg(int8send(p.seq) || int4send(p.tf) || int4send(p.dl), '') "
-    "FROM {{s}}.{postings} p WHERE p.term = ANY(%(terms)s::text[]) GROUP BY p.term"
-)
+
+def postings_statement(kind: Kind) -> str:
+    """Rows of (part, term, a, b, bytes) from one snapshot: part 0 (one row) holds the documents of ``kind`` and
+    their total length in tokens, and the seqs of its stale records (packed postings to ignore) as int8 bytes;
+    part 1, a query term's packed postings; part 2, a query term's postings written since (seq above upto, or of a
+    stale record). Postings as :data:`.terms.POSTING` bytes."""
+    table, postings = TABLES[kind].name, postings_table(kind)
+    return (
+        "SELECT 0, NULL::text, (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE kind = %(kind)s)::int8, "
+        "(SELECT coalesce(sum(tokens), 0) FROM {s}.counts WHERE kind = %(kind)s)::int8, "
+        f"(SELECT string_agg(int8send(seq), '') FROM {{s}}.{table}_stale) UNION ALL "
+        f"SELECT 1, term, NULL, NULL, postings FROM {{s}}.{table}_packs WHERE term = ANY(%(terms)s::text[]) "
+        f"UNION ALL SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{postings} "
+        f"WHERE term = ANY(%(terms)s::text[]) AND seq > ({UPTO}) GROUP BY term UNION ALL "
+        f"SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{table}_stale "
+        f"JOIN {{s}}.{postings} USING (seq) WHERE term = ANY(%(terms)s::text[]) GROUP BY term"
+    )
+
+
 _POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
 
 #: The best documents are checked against the scope in batches, this many times k first (then four times more
@@ -43,25 +53,47 @@ _POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
 _FIRST_BATCH = 2
 
 
+def _without(postings: npt.NDArray[Any], stale: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+    """Packed ``postings`` (sorted by seq, each seq once) but those of the ``stale`` seqs, found by binary search."""
+    seqs = postings["seq"]
+    at = np.searchsorted(seqs, stale)
+    inside = at < len(seqs)
+    at, wanted = at[inside], stale[inside]
+    at = at[seqs[at] == wanted]
+    if not len(at):
+        return postings
+    keep = np.ones(len(postings), dtype=bool)
+    keep[at] = False
+    return postings[keep]
+
+
 def bm25_ranked(
     terms: Sequence[str], rows: Sequence[tuple[Any, ...]]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """The documents (seqs) holding a query term and their BM25 scores as every backend ranks them
-    (:func:`~tkg.tokens.rank_score`), from the rows of :data:`POSTINGS`: each term's part computed and the parts
-    summed in query-term order (:mod:`tkg.tokens`), with the statistics of the same snapshot -- a term's document
-    frequency is the number of its postings."""
+    (:func:`~tkg.tokens.rank_score`), from the rows of :func:`postings_statement`: each term's part computed and
+    the parts summed in query-term order (:mod:`tkg.tokens`), with the statistics of the same snapshot -- a term's
+    document frequency is the number of its postings."""
     documents = tokens = 0
-    packed: dict[str, bytes] = {}
-    for term, n, length, postings in rows:
-        if term is None:
+    stale = np.zeros(0, dtype=np.int64)
+    found: dict[str, list[npt.NDArray[Any]]] = {}
+    for part, term, n, length, data in rows:
+        if part == 0:
             documents, tokens = int(n), int(length)
-        else:
-            packed[term] = postings
+            if data:
+                stale = np.sort(np.frombuffer(data, dtype=">i8").astype(np.int64))
+        elif data:
+            postings = np.frombuffer(data, dtype=_POSTING)
+            if part == 1 and len(stale):
+                postings = _without(postings, stale)
+            found.setdefault(term, []).append(postings)
     average = max(1e-9, tokens / documents) if documents else 1.0
     columns = []
     for term in terms:
-        if term in packed:
-            postings = np.frombuffer(packed[term], dtype=_POSTING)
+        if term in found:
+            postings = np.concatenate(found[term])
+            if not len(postings):
+                continue
             weight = idf(documents, len(postings))
             values = term_part(weight, postings["tf"].astype(np.float64), postings["dl"].astype(np.float64), average)
             columns.append((postings["seq"].astype(np.int64), values))
@@ -163,7 +195,7 @@ class Search(Session):
             return []  # nothing asked, or stop words only
         params: dict[str, Any] = {"kind": kind.value, "terms": terms}
         where = scope_where(kind, scope, params)
-        postings = self._q(POSTINGS.format(postings=postings_table(kind)))
+        postings = self._q(postings_statement(kind))
         admitted = self._q(
             f"SELECT seq, id FROM {{s}}.{TABLES[kind].name} WHERE seq = ANY(%(seqs)s::int8[]) AND {where}"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Self, TypeVar
@@ -18,11 +19,12 @@ import psycopg
 from psycopg import sql
 
 from tkg.errors import BackendError, ConfigurationError, ValidationError
+from tkg.models import Kind
 from tkg.storage import Store
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
 from .schema import ensure_schema, quote_ident, render
-from .terms import index_all
+from .terms import index_all, pack_all, postings_lock
 from .vectors import register_vector, sketch_all
 
 T = TypeVar("T")
@@ -64,10 +66,12 @@ class Session(Store):
         self._group_locks: dict[str, threading.Lock] = {}
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._lock_conn_guard = threading.Lock()
+        self._packs_lock = postings_lock(schema)  # .terms: writes hold it shared, a repack exclusively
+        self._postings_since: Counter[Kind] = Counter()  # postings written or dropped since the last repack check
         conn = connect(dsn, connect_timeout=connect_timeout)
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)
-            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all, 6: sketch_all})
+            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all, 6: sketch_all, 8: pack_all})
         except psycopg.Error as exc:
             conn.close()
             raise BackendError(f"cannot open the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None

@@ -3,6 +3,7 @@ bulk load builds the search indexes once at the end."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -14,10 +15,13 @@ from tkg.integrity import check_write
 from tkg.models import Fact, Kind, Record
 from tkg.storage import WriteBatch
 
+from . import terms
 from .records import TEXT_KINDS, Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
 from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED
 from .session import Session
 from .terms import Delta, add_postings, drop_postings
+
+log = logging.getLogger(__name__)
 
 Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
 
@@ -27,6 +31,27 @@ class Writes(Session):
         planned = prepare(batch.puts, self.dim)
         deletes = [(Kind(kind), str(rid)) for kind, rid in batch.deletes]
         self._transaction(lambda cur: self._apply(cur, planned, deletes))
+        self._repack_behind()
+
+    def _repack_behind(self) -> None:
+        """Repack the kinds whose packs are far behind (.terms), checked once enough postings changed. The write
+        is committed already: a repack that fails is logged and tried again at a later check."""
+        for kind, n in list(self._postings_since.items()):
+            if n < terms.CHECK_EVERY:
+                continue
+            self._postings_since[kind] = 0
+
+            def check(cur: psycopg.Cursor[Any], kind: Kind = kind) -> bool:
+                return terms.behind(cur, self._q, kind)
+
+            def repack(cur: psycopg.Cursor[Any], kind: Kind = kind) -> None:
+                terms.repack(cur, self._q, kind, self._packs_lock)
+
+            try:
+                if self._read(check):
+                    self._transaction(repack)
+            except BackendError as exc:
+                log.warning("repacking the %s postings failed (the write was committed): %s", kind.value, exc)
 
     def load(self, records: Iterable[Record]) -> None:
         """Bulk-load records into an empty store (snapshot import): one transaction, search indexes built once at
@@ -40,6 +65,8 @@ class Writes(Session):
             for name in SEARCH_INDEXES:
                 cur.execute(self._q(f"DROP INDEX IF EXISTS {{s}}.{name}"))
             self._apply(cur, planned, [])
+            for kind in TEXT_KINDS:
+                terms.repack(cur, self._q, kind, self._packs_lock)
             for statement in SEARCH_INDEXES.values():
                 cur.execute(self._q(statement))
             cur.execute(self._q(ANALYZE))
@@ -52,6 +79,8 @@ class Writes(Session):
 
     def _apply(self, cur: psycopg.Cursor[Any], planned: Planned, deletes: list[tuple[Kind, str]]) -> None:
         """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts."""
+        # First: no repack of the packed postings runs while this transaction may write postings (.terms).
+        cur.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [self._packs_lock])
         check_write([p.record for items in planned.values() for p in items.values()], deletes, self._held(cur))
         delta: Counter[tuple[str, str]] = Counter()
         text = Delta()
@@ -75,6 +104,7 @@ class Writes(Session):
             for (group,) in self._delete(cur, kind, keys):
                 delta[(kind.value, group)] -= 1
         self._count(cur, delta, text.tokens)
+        self._postings_since.update(text.postings)
 
     # Rows derived from a record and kept beside it in the same transaction: the BM25 postings of a text record
     # (.terms), and a fact's verdicts as (named fact, seq) rows, from which facts_judging reads.
