@@ -46,7 +46,7 @@ def postings_statement(kind: Kind) -> str:
     )
 
 
-_POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
+_POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])  # the layout of .terms.POSTING
 
 #: The best documents are checked against the scope in batches, this many times k first (then four times more
 #: each time fewer than k of them pass).
