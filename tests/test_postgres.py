@@ -524,6 +524,7 @@ def test_bm25_over_packed_postings_ranks_as_the_reference_through_rewrites_delet
     monkeypatch.setattr(terms, "CHECK_EVERY", 1)
     monkeypatch.setattr(terms, "REPACK_MIN", data.draw(st.integers(1, 12), label="repack_min"))
     monkeypatch.setattr(terms, "REPACK_SHARE", 0.5)
+    monkeypatch.setattr(terms, "STALE_MIN", data.draw(st.integers(1, 12), label="stale_min"))
     words = ["coffee", "morning", "office", "espresso", "lisbon", "violin", "glacier", "kyoto"]
     oracle = ReferenceStore(dim=DIM)
     schema = new_postgres_schema()
@@ -566,6 +567,7 @@ def test_bm25_searches_packs_stale_records_and_new_postings_at_once(server: Embe
 
     monkeypatch.setattr(terms, "CHECK_EVERY", 1)
     monkeypatch.setattr(terms, "REPACK_MIN", 10)
+    monkeypatch.setattr(terms, "STALE_MIN", 10)
     oracle = ReferenceStore(dim=DIM)
     schema = new_postgres_schema()
     entities = [
@@ -672,6 +674,27 @@ def test_a_repack_that_fails_leaves_the_committed_write_and_is_tried_again(
         upto, stale, since = pack_state(server, schema)
         assert upto > 0 and stale == 0 and since == 0  # both records packed
         assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b"]
+
+
+def test_enough_stale_records_alone_trigger_a_repack(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewritten records (stale: found by record, not by term, so dearer to a query) are repacked after fewer of
+    them than new records need: here three rewrites, with no new record at all."""
+    from tkg.backends.postgres import terms
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", 5)
+    monkeypatch.setattr(terms, "STALE_MIN", 3)
+    monkeypatch.setattr(terms, "STALE_SHARE", 0.0)
+    schema = new_postgres_schema()
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(6)]
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        store.write(WriteBatch(puts=entities))
+        upto = pack_state(server, schema)[0]
+        assert upto > 0
+        monkeypatch.setattr(terms, "REPACK_MIN", 10**6)  # from here only stale records can call for a repack
+        for i, expected in ((0, 1), (1, 2), (2, 0)):
+            store.write(WriteBatch(puts=[dataclasses.replace(entities[i], summary="tea")]))
+            assert pack_state(server, schema) == (upto, expected, 0), i
 
 
 # -- bad input ----------------------------------------------------------------------------------------------------
