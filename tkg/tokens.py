@@ -34,6 +34,9 @@ def idf(documents: int, df: int) -> float:
 
 Number = TypeVar("Number", float, npt.NDArray[np.float64])
 
+# bm25_sums bins by id when the ids span at most this many times their count (else it sorts them).
+_DENSE_SPAN = 16
+
 
 def term_part(weight: float, tf: Number, dl: Number, average: float) -> Number:
     """What a query term of ``weight`` (its idf) adds to the score of a document of ``dl`` tokens holding it
@@ -46,11 +49,21 @@ def bm25_sums(
     columns: Sequence[tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.float64]]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """The documents of ``columns`` -- one (documents, their :func:`term_part`) pair per query term, in query
-    order -- and their BM25 sums, each added in query-term order (bincount adds in input order) as a loop over
-    the terms would."""
-    documents, inverse = np.unique(np.concatenate([d for d, _ in columns]), return_inverse=True)
-    sums = np.bincount(inverse, weights=np.concatenate([v for _, v in columns]), minlength=len(documents))
-    return documents.astype(np.int64, copy=False), sums.astype(np.float64, copy=False)
+    order -- ascending, and their BM25 sums, each added in query-term order (bincount adds in input order) as a
+    loop over the terms would. Parts are positive, so a document's sum is too."""
+    ids = np.concatenate([d for d, _ in columns]).astype(np.int64, copy=False)
+    values = np.concatenate([v for _, v in columns])
+    if not len(ids):
+        return ids, values.astype(np.float64, copy=False)
+    low = int(ids.min())
+    span = int(ids.max()) - low + 1
+    if span <= _DENSE_SPAN * len(ids):  # ids close together: one bin per id in their range, no sort
+        sums = np.bincount(ids - low, weights=values, minlength=span)
+        documents = np.flatnonzero(sums > 0)
+        return (documents + low).astype(np.int64, copy=False), sums[documents].astype(np.float64, copy=False)
+    documents, inverse = np.unique(ids, return_inverse=True)
+    sums = np.bincount(inverse, weights=values, minlength=len(documents))
+    return documents, sums.astype(np.float64, copy=False)
 
 
 def rank_score(score: float) -> float:
