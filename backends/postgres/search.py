@@ -202,8 +202,8 @@ class Search(Session):
 
         def run(cur: psycopg.Cursor[Any]) -> list[tuple[str, float]]:
             # Every posting of the query's terms is scored here, not in SQL (PostgreSQL's executor costs ~1 us per
-            # posting and row it passes on; the packed postings come at ~0.2 us): then the best documents are
-            # checked against the scope, best first, until k pass.
+            # posting it scores; a term's packed postings come as one value): then the best documents are checked
+            # against the scope, best first, until k pass.
             seqs, scores = bm25_ranked(terms, cur.execute(postings, params).fetchall())
             checked: dict[int, str | None] = {}
             size = _FIRST_BATCH * k
