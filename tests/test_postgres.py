@@ -697,6 +697,92 @@ def test_enough_stale_records_alone_trigger_a_repack(server: EmbeddedPostgres, m
             assert pack_state(server, schema) == (upto, expected, 0), i
 
 
+def test_bm25_ranked_reads_the_stale_seqs_whatever_the_order_of_the_rows() -> None:
+    """UNION ALL promises no order (a parallel plan interleaves its parts): packed postings that arrive before the
+    row of stale seqs are filtered all the same, so a rewritten record counts once, with its current postings."""
+    from tkg.backends.postgres.search import bm25_ranked
+
+    def packed(*postings: tuple[int, int, int]) -> bytes:
+        return np.array(list(postings), dtype=[("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")]).tobytes()
+
+    stats = (0, None, 3, 9, np.array([2], dtype=">i8").tobytes())
+    pack = (1, "coffee", None, None, packed((1, 1, 3), (2, 1, 3), (3, 2, 3)))
+    fresh = (2, "coffee", None, None, packed((2, 3, 3)))
+    want = bm25_ranked(["coffee"], [stats, pack, fresh])
+    assert list(want[0]) == [1, 2, 3]
+    for rows in ([pack, stats, fresh], [fresh, pack, stats]):
+        got = bm25_ranked(["coffee"], rows)
+        assert list(got[0]) == list(want[0]) and list(got[1]) == list(want[1])
+
+
+def test_a_store_checks_the_packs_at_its_first_write(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short-lived process writes few postings: its store checks how far the packs are behind at its first write
+    of a kind, not only after CHECK_EVERY postings, so records written by others get packed."""
+    from tkg.backends.postgres import terms
+
+    monkeypatch.setattr(terms, "REPACK_MIN", 10)
+    monkeypatch.setattr(terms, "CHECK_EVERY", 10**6)
+    schema = new_postgres_schema()
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(13)]
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as first:
+        first.write(WriteBatch(puts=entities[:6]))  # checked: 6 behind, under 10
+        first.write(WriteBatch(puts=entities[6:12]))  # not checked again before 10**6 postings
+        assert pack_state(server, schema)[0] == 0
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as second:
+        second.write(WriteBatch(puts=entities[12:]))
+        assert pack_state(server, schema)[0] > 0
+
+
+def test_a_delete_during_a_rewrite_of_the_same_record_leaves_none_of_its_postings(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete locks the record's row before it drops the postings: a rewrite of that record in flight in another
+    store finishes first, and the delete then drops the rewrite's postings too (it used to drop the old ones only,
+    leaving the new ones behind, counted by every later search)."""
+    import threading
+
+    from tkg.backends.postgres import writes as pg_writes
+
+    schema = new_postgres_schema()
+    inside, release = threading.Event(), threading.Event()
+    real = pg_writes.add_postings
+
+    def slow(cur: Any, q: Any, kind: Kind, records: Any, delta: Any) -> None:
+        real(cur, q, kind, records, delta)
+        if any(r.id == "x" and r.summary == "violin" for r in records):
+            inside.set()
+            assert release.wait(30)
+
+    monkeypatch.setattr(pg_writes, "add_postings", slow)
+    x = Entity(id="x", group_id="g", name="X", created_at=T0, summary="coffee")
+    with (
+        PostgresStore(server.dsn, dim=DIM, schema=schema) as first,
+        PostgresStore(server.dsn, dim=DIM, schema=schema) as second,
+    ):
+        first.write(WriteBatch(puts=[x]))
+        rewriter = threading.Thread(
+            target=first.write, args=(WriteBatch(puts=[dataclasses.replace(x, summary="violin")]),)
+        )
+        rewriter.start()
+        assert inside.wait(30)
+        deleter = threading.Thread(target=second.write, args=(WriteBatch(deletes=[("entity", "x")]),))
+        deleter.start()
+        with admin(server) as conn:  # the delete waits for the rewrite's row lock
+            for _ in range(3000):
+                waiting = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+                if waiting and waiting[0]:
+                    break
+                threading.Event().wait(0.01)
+        release.set()
+        rewriter.join(30)
+        deleter.join(30)
+        with admin(server) as conn:
+            left = conn.execute(f'SELECT count(*) FROM "{schema}".entities_terms').fetchone()
+        assert left == (0,)
+        scope = make_scope(T0 + timedelta(days=1), ["g"])
+        assert second.text_search(Kind.ENTITY, "violin", 5, scope) == []
+
+
 # -- bad input ----------------------------------------------------------------------------------------------------
 def test_unreachable_dsn() -> None:
     with pytest.raises(BackendError, match=r"cannot connect to PostgreSQL at .*127.0.0.1.*Is the server running"):

@@ -76,13 +76,14 @@ def bm25_ranked(
     document frequency is the number of its postings."""
     documents = tokens = 0
     stale = np.zeros(0, dtype=np.int64)
-    found: dict[str, list[npt.NDArray[Any]]] = {}
-    for part, term, n, length, data in rows:
+    for part, _, n, length, data in rows:  # first the statistics and stale seqs (UNION ALL keeps no order)
         if part == 0:
             documents, tokens = int(n), int(length)
             if data:
                 stale = np.sort(np.frombuffer(data, dtype=">i8").astype(np.int64))
-        elif data:
+    found: dict[str, list[npt.NDArray[Any]]] = {}
+    for part, term, _, _, data in rows:
+        if part and data:
             postings = np.frombuffer(data, dtype=_POSTING)
             if part == 1 and len(stale):
                 postings = _without(postings, stale)

@@ -68,6 +68,7 @@ class Session(Store):
         self._lock_conn_guard = threading.Lock()
         self._packs_lock = postings_lock(schema)  # .terms: writes hold it shared, a repack exclusively
         self._postings_since: Counter[Kind] = Counter()  # postings written or dropped since the last repack check
+        self._packs_checked: set[Kind] = set()  # kinds whose packs this store has checked
         conn = connect(dsn, connect_timeout=connect_timeout)
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)

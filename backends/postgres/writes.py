@@ -34,12 +34,14 @@ class Writes(Session):
         self._repack_behind()
 
     def _repack_behind(self) -> None:
-        """Repack the kinds whose packs are far behind (.terms), checked once enough postings changed. The write
-        is committed already: a repack that fails is logged and tried again at a later check."""
+        """Repack the kinds whose packs are far behind (.terms), checked at this store's first write of a kind and
+        then once enough postings changed. The write is committed already: a repack that fails is logged and tried
+        again at a later check."""
         for kind, n in list(self._postings_since.items()):
-            if n < terms.CHECK_EVERY:
+            if n < terms.CHECK_EVERY and kind in self._packs_checked:
                 continue
             self._postings_since[kind] = 0
+            self._packs_checked.add(kind)  # the first write of each kind checks: a short-lived process writes few
 
             def check(cur: psycopg.Cursor[Any], kind: Kind = kind) -> bool:
                 return terms.behind(cur, self._q, kind)
@@ -59,6 +61,9 @@ class Writes(Session):
         planned = prepare(list(records), self.dim)
 
         def body(cur: psycopg.Cursor[Any]) -> None:
+            # The packs' lock, exclusively and first: a writer meanwhile waits holding nothing (taking it shared in
+            # _apply and exclusively only to repack could deadlock with one that holds it shared already).
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [self._packs_lock])
             if cur.execute(self._q("SELECT 1 FROM {s}.counts LIMIT 1")).fetchone() is not None:
                 raise BackendError(f"load() needs an empty store; schema {self.schema!r} already holds records")
             cur.execute("SELECT set_config('maintenance_work_mem', %s, true)", [f"{self._build_memory_mb}MB"])
@@ -100,6 +105,7 @@ class Writes(Session):
                 self._add_derived(cur, kind, [item.record for item in items.values()], text)
         deleted = keys_of(deletes)
         for kind, keys in deleted.items():
+            self._existing(cur, kind, sorted(keys))  # locked first, as for puts: a rewrite in flight finishes first
             self._drop_derived(cur, kind, [key[0] for key in keys], text)
             for (group,) in self._delete(cur, kind, keys):
                 delta[(kind.value, group)] -= 1
