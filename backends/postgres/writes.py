@@ -37,11 +37,12 @@ class Writes(Session):
         """Repack the kinds whose packs are far behind (.terms), checked at this store's first write of a kind and
         then once enough postings changed. The write is committed already: a repack that fails is logged and tried
         again at a later check."""
-        for kind, n in list(self._postings_since.items()):
-            if n < terms.CHECK_EVERY and kind in self._packs_checked:
-                continue
-            self._postings_since[kind] = 0
-            self._packs_checked.add(kind)  # the first write of each kind checks: a short-lived process writes few
+        with self._lock:  # the counters are this store's, shared by its threads
+            due = [k for k, n in self._postings_since.items() if n >= terms.CHECK_EVERY or k not in self._packs_checked]
+            for kind in due:
+                self._postings_since[kind] = 0
+                self._packs_checked.add(kind)  # the first write of each kind checks: a short-lived process writes few
+        for kind in due:
 
             def check(cur: psycopg.Cursor[Any], kind: Kind = kind) -> bool:
                 return terms.behind(cur, self._q, kind)
