@@ -50,7 +50,8 @@ def bm25_sums(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """The documents of ``columns`` -- one (documents, their :func:`term_part`) pair per query term, in query
     order -- ascending, and their BM25 sums, each added in query-term order (bincount adds in input order) as a
-    loop over the terms would. Parts are positive, so a document's sum is too."""
+    loop over the terms would. Parts are positive, so every document's sum is too; one that is not is left out,
+    whichever way the sums are taken."""
     ids = np.concatenate([d for d, _ in columns]).astype(np.int64, copy=False)
     values = np.concatenate([v for _, v in columns])
     if not len(ids):
@@ -63,7 +64,8 @@ def bm25_sums(
         return (documents + low).astype(np.int64, copy=False), sums[documents].astype(np.float64, copy=False)
     documents, inverse = np.unique(ids, return_inverse=True)
     sums = np.bincount(inverse, weights=values, minlength=len(documents))
-    return documents, sums.astype(np.float64, copy=False)
+    positive = sums > 0  # as the binned way finds them
+    return documents[positive], sums[positive].astype(np.float64, copy=False)
 
 
 def rank_score(score: float) -> float:

@@ -522,7 +522,7 @@ class TextIndex:
                 return found
         documents, sums = bm25_sums([(indices[a:b], np.take(value, codes[a:b])) for a, b, value in terms])
         slots = self._main_slots[documents]
-        keep = current[slots] & mask[slots] & (sums > 0)
+        keep = current[slots] & mask[slots]
         return top_k(slots[keep], sums[keep].astype(np.float32), k)
 
     def _search_dense(

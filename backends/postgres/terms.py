@@ -32,7 +32,7 @@ Render = Callable[[str], sql.Composed]
 
 class Delta:
     """What a write changes in the corpus statistics (the documents' length in tokens, by (kind, group)) and how
-    many postings it wrote or dropped, by kind (what :func:`behind` checks after enough of them)."""
+    many postings it wrote and records it dropped, by kind (what :func:`behind` checks after enough of them)."""
 
     def __init__(self) -> None:
         self.tokens: Counter[tuple[str, str]] = Counter()
