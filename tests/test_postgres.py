@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import string
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,7 +27,7 @@ from tkg.backends.postgres import SCHEMA_VERSION, EmbeddedPostgres, PostgresStor
 from tkg.backends.postgres import schema as pg_schema
 from tkg.errors import BackendError, ConfigurationError, ValidationError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
-from tkg.storage import WriteBatch
+from tkg.storage import Candidates, WriteBatch
 from tkg.timeline import make_scope
 
 DIM = 32
@@ -904,6 +905,106 @@ def test_reads_survive_a_dropped_connection(server: EmbeddedPostgres, store: Pos
     with admin(server) as killer:
         killer.execute("SELECT pg_terminate_backend(%s)", [store._connection().info.backend_pid])
     assert store.count(Kind.ENTITY) == 1
+
+
+# -- a search's candidate lists on several connections -----------------------------------------------------------
+def _searchable(store: PostgresStore) -> tuple[list[Candidates], str, np.ndarray, Any]:
+    texts = [f"Ann met Bob in city {i % 7}" for i in range(30)]
+    store.write(
+        WriteBatch(
+            puts=[
+                *(
+                    Entity(
+                        id=f"e{i}",
+                        group_id="g",
+                        name=f"Person {i}",
+                        created_at=T0,
+                        name_embedding=EMB.embed([f"Person {i}"])[0],
+                    )
+                    for i in range(10)
+                ),
+                *(
+                    Fact(
+                        id=f"f{i}",
+                        group_id="g",
+                        source_id=f"e{i % 10}",
+                        target_id=f"e{(i + 1) % 10}",
+                        relation="MET",
+                        fact=t,
+                        created_at=T0,
+                        embedding=EMB.embed([t])[0],
+                    )
+                    for i, t in enumerate(texts)
+                ),
+            ]
+        )
+    )
+    asks = [Candidates(m, kind, 5) for kind in (Kind.FACT, Kind.ENTITY) for m in ("cosine", "bm25")]
+    return asks, "Bob in city 3", EMB.embed(["Bob in city 3"])[0], make_scope(NOW, ["g"])
+
+
+def test_a_search_reads_its_candidate_lists_on_several_connections_at_once(server: EmbeddedPostgres) -> None:
+    """Each list waits for the others at a barrier: read one after the other they would never get past it. The
+    answers are those of a store that reads them in turn, and the reader connection is kept for the next search."""
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), search_connections=2) as store:
+        asks, query, vector, sc = _searchable(store)
+        with PostgresStore(server.dsn, dim=DIM, schema=store.schema, search_connections=1) as alone:
+            expected = alone.candidates(asks, query, vector, sc)
+            assert not alone._spare and alone._workers is None  # one connection: no reader, no thread
+        barrier = threading.Barrier(2, timeout=10)
+        pids: set[int] = set()
+        original = store.text_search
+
+        def meet(kind: Kind, q: str, k: int, scope: Any) -> list[Any]:
+            barrier.wait()  # both text searches in flight at once, or BrokenBarrierError
+            pids.add(store._read(lambda cur: cur.execute("SELECT pg_backend_pid()").fetchone()[0]))
+            return original(kind, q, k, scope)
+
+        store.text_search = meet  # type: ignore[method-assign]
+        bm25 = [a for a in asks if a.method == "bm25"]
+        assert store.candidates(bm25, query, vector, sc) == [
+            h for a, h in zip(asks, expected, strict=True) if a.method == "bm25"
+        ]
+        assert len(pids) == 2  # two server sessions
+        del store.text_search
+        assert len(store._spare) == 1
+        assert store.candidates(asks, query, vector, sc) == expected
+        spare = store._spare[0]
+    assert spare.closed  # close() closes the reader connections too
+
+
+def test_a_reader_connection_that_dropped_or_cannot_open_leaves_searches_answering(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), search_connections=3) as store:
+        asks, query, vector, sc = _searchable(store)
+        expected = [
+            store.vector_search(a.kind, vector, a.k, sc)
+            if a.method == "cosine"
+            else store.text_search(a.kind, query, a.k, sc)
+            for a in asks
+        ]
+        assert store.candidates(asks, query, vector, sc) == expected
+        assert store._spare
+        with admin(server) as killer:
+            for conn in store._spare:
+                killer.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+        assert store.candidates(asks, query, vector, sc) == expected  # each reader reconnects
+        for conn in store._spare:
+            conn.close()
+        from tkg.backends.postgres import session
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise BackendError("too many clients already")
+
+        monkeypatch.setattr(session, "connect", refused)  # no new connection: the store's own reads them all
+        assert store.candidates(asks, query, vector, sc) == expected
+
+
+def test_search_connections_must_be_a_small_positive_integer(server: EmbeddedPostgres) -> None:
+    for wrong in (0, 17, 1.5, "2"):
+        with pytest.raises(ValidationError, match="search_connections"):
+            PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), search_connections=wrong)  # type: ignore[arg-type]
 
 
 # -- several processes ----------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tkg.embedders import HashEmbedder
 from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind, Mention
-from tkg.storage import WriteBatch
+from tkg.storage import Candidates, WriteBatch
 from tkg.timeline import Filters, make_scope
 
 EMB = HashEmbedder(dim=32)
@@ -134,6 +134,41 @@ def test_vector_search_is_exact_top_k_and_complete(make_store):
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # asking for more than exist returns all of them, not an error
     assert len(store.vector_search(Kind.ENTITY, EMB.embed(["x"])[0], 1000, scope())) == len(live)
+
+
+def test_candidates_answer_each_list_as_its_own_search_would(make_store):
+    """A search's candidate lists asked at once (a database reads them on several connections together) are, in
+    order, what each vector_search or text_search call returns alone; an unknown method or a kind without text is
+    refused, and the store answers afterwards."""
+    store = make_store(32)
+    texts = [f"Ann visited city {i % 9} in spring {i % 4}" for i in range(60)]
+    store.write(WriteBatch(puts=[entity(i, name=f"Person {i % 13} of city {i % 9}") for i in range(40)]))
+    store.write(WriteBatch(puts=[fact(i, i % 40, (i * 7) % 40, t) for i, t in enumerate(texts)]))
+    store.write(WriteBatch(puts=[episode(i, i, text=t) for i, t in enumerate(texts[:30])]))
+    sc = scope()
+    query = "city 3 in spring"
+    vector = EMB.embed([query])[0]
+    asks = [
+        Candidates(method, kind, k)
+        for kind in (Kind.FACT, Kind.ENTITY, Kind.EPISODE)
+        for method, k in (("cosine", 7), ("bm25", 5))
+    ]
+    alone = [
+        store.vector_search(a.kind, vector, a.k, sc)
+        if a.method == "cosine"
+        else store.text_search(a.kind, query, a.k, sc)
+        for a in asks
+    ]
+    assert all(alone) and len({tuple(hits) for hits in alone}) == len(asks)  # six different, non-empty lists
+    for _ in range(3):  # again: a backend's connections are reused
+        assert store.candidates(asks, query, vector, sc) == alone
+    assert store.candidates([], query, vector, sc) == []
+    with pytest.raises(ValidationError):
+        store.candidates([Candidates("fuzzy", Kind.FACT, 5)], query, vector, sc)  # type: ignore[arg-type]
+    for wrong in (Candidates("bm25", Kind.MENTION, 5), Candidates("cosine", Kind.MEMBERSHIP, 5)):
+        with pytest.raises(BackendError):  # no text, no vectors: refused alike by every backend
+            store.candidates([*asks, wrong], query, vector, sc)
+    assert store.candidates(asks[:2], query, vector, sc) == alone[:2]
 
 
 def test_text_search_contract(make_store):

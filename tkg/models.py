@@ -417,6 +417,9 @@ VECTOR_FIELD: dict[Kind, str] = {
     Kind.COMMUNITY: "name_embedding",
 }
 
+#: The kinds whose records have a text that full-text search runs over (:func:`search_text`).
+TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
+
 
 def search_text(record: Record) -> str:
     """The text that full-text (BM25) search indexes for a record."""

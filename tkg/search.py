@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, v
 from tkg.ranking import mmr, reorder, rrf
 from tkg.rerankers import CrossEncoder, TermOverlapScorer
 from tkg.search_config import TARGET_KINDS, BfsOrigin, Method, Reranker, SearchConfig, TargetConfig
-from tkg.storage import Hit, Store
+from tkg.storage import Candidates, Hit, Store
 from tkg.timeline import Scope
 
 R = TypeVar("R", bound=Record)
@@ -101,10 +101,11 @@ def search(
         reference_time=reference_time or scope.as_of or scope.known_at,
     )
     found: dict[str, list[Scored[Record]]] = {}
+    candidates = _candidates(run, config)
     for target in config.targets:
         target_config = getattr(config, target)
         kind = TARGET_KINDS[target]
-        ranked = _rank(run, target, kind, target_config)
+        ranked = _rank(run, kind, target_config, candidates[target])
         if target_config.min_score is not None:
             ranked = [h for h in ranked if h.score >= target_config.min_score]
         ranked = ranked[: target_config.limit]
@@ -126,16 +127,30 @@ COSINE_TOLERANCE = 1e-6
 
 
 # -- φ: candidates --------------------------------------------------------------------------------------------
-def _rank(run: _Search, target: str, kind: Kind, config: TargetConfig) -> list[Hit]:
-    lists: dict[Method, list[Hit]] = {}
-    fetch = config.fetch
-    if Method.COSINE in config.methods:
-        hits = run.store.vector_search(kind, run.vector, fetch, run.scope)
-        # compared with a float32 tolerance: an orthogonal record scores 0.0 in one backend and -1e-8 in another
-        floor = config.min_similarity - COSINE_TOLERANCE
-        lists[Method.COSINE] = [h for h in hits if h.score >= floor]
-    if Method.BM25 in config.methods:
-        lists[Method.BM25] = run.store.text_search(kind, run.query, fetch, run.scope)
+#: The methods a store answers (:meth:`tkg.storage.Store.candidates`), in the order their lists are fused.
+_STORE_METHODS: dict[Method, Literal["cosine", "bm25"]] = {Method.COSINE: "cosine", Method.BM25: "bm25"}
+
+
+def _candidates(run: _Search, config: SearchConfig) -> dict[str, dict[Method, list[Hit]]]:
+    """Every target's cosine and BM25 lists, asked of the store in one call (a database answers them at once)."""
+    asks = [
+        (target, Candidates(name, TARGET_KINDS[target], getattr(config, target).fetch))
+        for target in config.targets
+        for method, name in _STORE_METHODS.items()
+        if method in getattr(config, target).methods
+    ]
+    answers = run.store.candidates([ask for _, ask in asks], run.query, run.vector, run.scope)
+    lists: dict[str, dict[Method, list[Hit]]] = {target: {} for target in config.targets}
+    for (target, ask), hits in zip(asks, answers, strict=True):
+        if ask.method == Method.COSINE:
+            # compared with a float32 tolerance: an orthogonal record scores 0.0 in one backend and -1e-8 in another
+            floor = getattr(config, target).min_similarity - COSINE_TOLERANCE
+            hits = [h for h in hits if h.score >= floor]
+        lists[target][Method(ask.method)] = hits
+    return lists
+
+
+def _rank(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Method, list[Hit]]) -> list[Hit]:
     if Method.BFS in config.methods:
         lists[Method.BFS] = _bfs(run, kind, config, lists)
     return _rerank(run, kind, config, lists)

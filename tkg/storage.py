@@ -11,6 +11,9 @@ and never ask "does this store have X?":
 * :attr:`Store.shared` -- several processes may open the same data; :meth:`Store.group_lock` then locks across
   processes (default: no lock beyond the caller's own);
 * :meth:`Store.load` -- bulk load into an empty store (default: one :meth:`Store.write`);
+* :meth:`Store.candidates` -- the candidate lists of one search (:class:`Candidates`) at once (default: one
+  :meth:`Store.vector_search` or :meth:`Store.text_search` after the other; a database answers them on several
+  connections together);
 * :meth:`Store.export_indexes` / :meth:`Store.restore` -- a backend that can persist its own search indexes in a
   snapshot names and encodes them itself (:attr:`Store.persists_indexes`); the snapshot container
   (:mod:`tkg.snapshot`) stores those sections without knowing what they hold, and hands them back on load
@@ -32,12 +35,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from tkg.errors import BackendError
+from tkg.errors import BackendError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector
 from tkg.timeline import Scope
 
@@ -53,6 +56,15 @@ class Hit(NamedTuple):
 
     id: str
     score: float
+
+
+class Candidates(NamedTuple):
+    """One candidate list of a search: up to ``k`` ``kind`` records by cosine similarity to the search's vector
+    (``method`` "cosine", :meth:`Store.vector_search`) or by BM25 for its text ("bm25", :meth:`Store.text_search`)."""
+
+    method: Literal["cosine", "bm25"]
+    kind: Kind
+    k: int
 
 
 @dataclass(slots=True)
@@ -228,6 +240,20 @@ class Store(abc.ABC):
         reference time, then by insertion), oldest first; empty for an unknown id."""
 
     # -- optional powers, with defaults ------------------------------------------------------------------------
+    def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
+        """The answer to each of ``asks`` for the search of ``query`` (text) and ``vector`` within ``scope``, in
+        order: exactly what :meth:`vector_search` or :meth:`text_search` returns for it. The default asks them
+        one after the other; a backend whose searches wait on a server answers them together."""
+        for ask in asks:
+            if ask.method not in ("cosine", "bm25"):
+                raise ValidationError(f"unknown candidate method {ask.method!r}: use 'cosine' or 'bm25'")
+        return [
+            self.vector_search(ask.kind, vector, ask.k, scope)
+            if ask.method == "cosine"
+            else self.text_search(ask.kind, query, ask.k, scope)
+            for ask in asks
+        ]
+
     def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         """Facts joining the two entities of any of ``pairs``, either way round, in insertion order."""
         wanted = {tuple(sorted(pair)) for pair in pairs}

@@ -29,7 +29,19 @@ from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.integrity import check_write
 from tkg.journal import Journal
-from tkg.models import VECTOR_FIELD, Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector, search_text
+from tkg.models import (
+    TEXT_KINDS,
+    VECTOR_FIELD,
+    Entity,
+    Episode,
+    Fact,
+    Kind,
+    Membership,
+    Mention,
+    Record,
+    Vector,
+    search_text,
+)
 from tkg.names import normalize_name
 from tkg.storage import Hit, IndexExport, RecordSet, Sections, Store, WriteBatch
 from tkg.timeline import Scope
@@ -57,7 +69,6 @@ def _locked(method: F) -> F:
     return locked  # type: ignore[return-value]
 
 
-_TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 # Vectors one background task folds into HNSW: the store's lock is free between tasks, the graph's between inserts
 # (measured: folding a whole 512-vector tail per task, the worker re-took the graph lock before a waiting search
 # could, and p99.9 of add_episode at 100k facts rose from 21 to 68 ms).
@@ -115,7 +126,7 @@ class InMemoryStore(Store):
             )
             for kind in VECTOR_FIELD
         }
-        self._texts = {kind: TextIndex(self._text_source(kind)) for kind in _TEXT_KINDS}
+        self._texts = {kind: TextIndex(self._text_source(kind)) for kind in TEXT_KINDS}
         self._restored: dict[str, Any] = {}  # what the last snapshot restore reused or rebuilt
         # Every call holds this lock: the store is safe to share between threads on its own (tkg.Memory adds a
         # readers-writer lock above it, so its readers wait here only for each other's short critical sections).

@@ -22,8 +22,6 @@ from tkg.vector_sketches import sketch_text
 
 from .schema import TABLES
 
-#: Kinds whose search text is indexed for BM25 (see :mod:`.terms`).
-TEXT_KINDS = (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY)
 #: Columns holding a map, stored as JSON (tkg.codec's tags for what JSON lacks).
 JSON_COLUMNS = frozenset({"attributes", "verdicts"})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,14 +15,14 @@ import psycopg
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
-from tkg.models import VECTOR_FIELD, Fact, Kind, Vector
+from tkg.models import TEXT_KINDS, VECTOR_FIELD, Fact, Kind, Vector
 from tkg.selection import top_k
-from tkg.storage import Hit
+from tkg.storage import Candidates, Hit, Store
 from tkg.timeline import Scope
 from tkg.tokens import bm25_sums, idf, term_part, tokenize
 from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
 
-from .records import TEXT_KINDS, from_rows, select
+from .records import from_rows, select
 from .schema import TABLES
 from .scope import scope_where
 from .session import Session
@@ -123,6 +124,11 @@ def _similarity(distance: float | None) -> float:
 
 
 class Search(Session):
+    def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
+        # Each list is one or two reads that wait on the server: they run on search_connections connections at once.
+        lists = self._together([partial(Store.candidates, self, [ask], query, vector, scope) for ask in asks])
+        return [hits for (hits,) in lists]
+
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)
         column = VECTOR_FIELD.get(kind)

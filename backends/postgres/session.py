@@ -1,5 +1,6 @@
-"""One PostgreSQL session of a store: the connection (shared by threads, taking turns), reads retried once on a
-new connection, write transactions, cached statements, the cross-process group lock and closing.
+"""One PostgreSQL session of a store: the connection (shared by threads, taking turns), the reader connections a
+search's candidate lists are read on at once, reads retried once on a new connection, write transactions, cached
+statements, the cross-process group lock and closing.
 
 :class:`Session` is the base of :class:`~tkg.backends.postgres.PostgresStore`; its reads, searches and writes
 live in :mod:`.reads`, :mod:`.search` and :mod:`.writes`.
@@ -7,11 +8,13 @@ live in :mod:`.reads`, :mod:`.search` and :mod:`.writes`.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -29,7 +32,15 @@ from .vectors import register_vector, sketch_all
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class _Reader(threading.local):
+    """The connection a search worker thread reads on (None: the thread reads on the store's own connection)."""
+
+    conn: psycopg.Connection[Any] | None = None
 
 
 class Session(Store):
@@ -48,9 +59,13 @@ class Session(Store):
         ef_search: int = 64,
         connect_timeout: int = 10,
         build_memory_mb: int = 1024,
+        search_connections: int = 2,
     ) -> None:
         if not isinstance(dim, int) or dim < 1 or dim > 16000:
             raise ValidationError("dim must be a positive integer (pgvector indexes up to 2000 dimensions)")
+        if not isinstance(search_connections, int) or not 1 <= search_connections <= 16:
+            raise ValidationError("search_connections must be an integer from 1 to 16")
+        self._search_connections = search_connections
         if not isinstance(build_memory_mb, int) or not 64 <= build_memory_mb <= 2**21:
             raise ValidationError("build_memory_mb must be an integer from 64 to 2097152 (PostgreSQL's limit, 2 TB)")
         self._build_memory_mb = build_memory_mb
@@ -66,6 +81,11 @@ class Session(Store):
         self._group_locks: dict[str, threading.Lock] = {}
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._lock_conn_guard = threading.Lock()
+        # Reader connections beyond the store's own, kept between searches, and the threads that use them.
+        self._reader = _Reader()
+        self._spare: list[psycopg.Connection[Any]] = []
+        self._workers: ThreadPoolExecutor | None = None
+        self._readers_guard = threading.Lock()  # over the two above (not the store's lock, which reads hold)
         self._packs_lock = postings_lock(schema)  # .terms: writes hold it shared, a repack exclusively
         self._postings_since: Counter[Kind] = Counter()  # postings written or dropped since the last repack check
         self._packs_checked: set[Kind] = set()  # kinds whose packs this store has checked
@@ -107,39 +127,110 @@ class Session(Store):
             # Filtered k-NN keeps walking the graph until k admitted rows are found (pgvector >= 0.8).
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            if conn is not None and not conn.closed:
-                conn.close()
-            self._conn = None
-            conn = connect(self._dsn, connect_timeout=self._connect_timeout)
-            try:
-                self._setup(conn)
-            except psycopg.Error as exc:
-                conn.close()
-                raise BackendError(f"cannot set up a new connection to PostgreSQL: {exc}") from None
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
+    def _usable(self, conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any]:
+        """``conn`` if it is open and sound, else a new connection set up like it (the old one closed)."""
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        if conn is not None and not conn.closed:
+            conn.close()
+        conn = connect(self._dsn, connect_timeout=self._connect_timeout)
+        try:
+            self._setup(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise BackendError(f"cannot set up a new connection to PostgreSQL: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
+    def _connection(self) -> psycopg.Connection[Any]:
+        self._conn = self._usable(self._conn)
+        return self._conn
+
+    def _reader_connection(self) -> psycopg.Connection[Any]:
+        self._reader.conn = self._usable(self._reader.conn)
+        return self._reader.conn
+
     def _read(self, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
-        """Run a read on the connection; once more on a new connection if the old one dropped."""
+        """Run a read on the connection (a search worker's own, else the store's); once more on a new connection if
+        the old one dropped."""
+        if self._reader.conn is not None:
+            return self._read_on(self._reader_connection, fn)
         with self._lock:
-            for attempt in (0, 1):
-                conn = self._connection()
-                try:
-                    with conn.cursor(binary=True) as cur:
-                        return fn(cur)
-                except psycopg.OperationalError as exc:
-                    if conn.broken and attempt == 0:
-                        continue
-                    raise BackendError(f"PostgreSQL read failed: {exc}") from None
-                except psycopg.Error as exc:
-                    raise BackendError(f"PostgreSQL read failed: {exc}") from None
+            return self._read_on(self._connection, fn)
+
+    @staticmethod
+    def _read_on(connection: Callable[[], psycopg.Connection[Any]], fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        for attempt in (0, 1):
+            conn = connection()
+            try:
+                with conn.cursor(binary=True) as cur:
+                    return fn(cur)
+            except psycopg.OperationalError as exc:
+                if conn.broken and attempt == 0:
+                    continue
+                raise BackendError(f"PostgreSQL read failed: {exc}") from None
+            except psycopg.Error as exc:
+                raise BackendError(f"PostgreSQL read failed: {exc}") from None
         raise AssertionError("unreachable")
+
+    def _together(self, reads: Sequence[Callable[[], T]]) -> list[T]:
+        """Run ``reads`` (each a call of this store's read methods) on up to ``search_connections`` connections at
+        once: the calling thread on the store's connection, worker threads each on a reader connection of their
+        own; every connection takes the next read not yet begun. The results in order; the first error, once
+        all have ended."""
+        todo = deque(range(len(reads)))
+        results: list[Any] = [None] * len(reads)
+        errors: list[BaseException] = []
+        guard = threading.Lock()
+
+        def drain() -> None:
+            while True:
+                with guard:
+                    if errors or not todo:
+                        return
+                    i = todo.popleft()
+                try:
+                    results[i] = reads[i]()
+                except BaseException as exc:
+                    with guard:
+                        errors.append(exc)
+
+        def on_reader() -> None:
+            with self._readers_guard:
+                conn = self._spare.pop() if self._spare else None
+            self._reader.conn = conn
+            try:
+                try:
+                    self._reader_connection()  # opened here, so a read's retry is only for a connection that dropped
+                except BackendError as exc:  # (the server's connection limit): the other connections read it all
+                    log.warning("no reader connection for a search, it reads on fewer: %s", exc)
+                    return
+                drain()
+            finally:
+                conn, self._reader.conn = self._reader.conn, None
+                if conn is not None:
+                    with self._readers_guard:
+                        keep = self._workers is not None and not conn.closed  # else the store was closed meanwhile
+                        if keep:
+                            self._spare.append(conn)
+                    if not keep:
+                        conn.close()
+
+        helpers = min(self._search_connections, len(reads)) - 1
+        if helpers <= 0:
+            return [read() for read in reads]
+        with self._readers_guard:
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(self._search_connections - 1, thread_name_prefix="tkg-pg-read")
+            started = [self._workers.submit(on_reader) for _ in range(helpers)]
+        drain()
+        for future in started:
+            future.result()
+        if errors:
+            raise errors[0]
+        return results
 
     def _transaction(self, body: Callable[[psycopg.Cursor[Any]], None]) -> None:
         """Run ``body`` in one transaction: all of it is written, or nothing."""
@@ -188,15 +279,21 @@ class Session(Store):
 
     def close(self) -> None:
         """Close the connections (the data stays in the database)."""
+        with self._readers_guard:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.shutdown(wait=True)  # searches in flight end first
+        with self._readers_guard:
+            spare, self._spare = self._spare, []
         with self._lock:
-            for conn in (self._conn, self._lock_conn):
+            for conn in (self._conn, self._lock_conn, *spare):
                 if conn is not None and not conn.closed:
                     conn.close()
             self._conn = self._lock_conn = None
 
     def __del__(self) -> None:
         # A store dropped without close() gives its connections back at once (servers limit connections).
-        for conn in (getattr(self, "_conn", None), getattr(self, "_lock_conn", None)):
+        for conn in (getattr(self, "_conn", None), getattr(self, "_lock_conn", None), *getattr(self, "_spare", ())):
             if conn is not None and not conn.closed:
                 conn.close()
 

@@ -21,10 +21,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tkg.models import Kind, Record, search_text
+from tkg.models import TEXT_KINDS, Kind, Record, search_text
 from tkg.tokens import tokenize
 
-from .records import TEXT_KINDS, from_rows, select
+from .records import from_rows, select
 from .schema import TABLES, render
 
 Render = Callable[[str], sql.Composed]

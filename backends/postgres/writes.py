@@ -12,11 +12,11 @@ import psycopg
 
 from tkg.errors import BackendError
 from tkg.integrity import check_write
-from tkg.models import Fact, Kind, Record
+from tkg.models import TEXT_KINDS, Fact, Kind, Record
 from tkg.storage import WriteBatch
 
 from . import terms
-from .records import TEXT_KINDS, Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
+from .records import Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
 from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED
 from .session import Session
 from .terms import Delta, add_postings, drop_postings

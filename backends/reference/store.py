@@ -16,9 +16,22 @@ from datetime import datetime
 import numpy as np
 
 from tkg.embedders.base import check_vectors
-from tkg.errors import EmbeddingError, ValidationError
+from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.integrity import check_write
-from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector, search_text, vector_of
+from tkg.models import (
+    TEXT_KINDS,
+    VECTOR_FIELD,
+    Entity,
+    Episode,
+    Fact,
+    Kind,
+    Membership,
+    Mention,
+    Record,
+    Vector,
+    search_text,
+    vector_of,
+)
 from tkg.names import normalize_name
 from tkg.storage import Hit, Store, WriteBatch
 from tkg.timeline import Scope
@@ -72,6 +85,8 @@ class ReferenceStore(Store):
         return {r.group_id for table in self._records.values() for r in table.values()}
 
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
+        if Kind(kind) not in VECTOR_FIELD:
+            raise BackendError(f"{kind} records have no vectors to search")
         query = np.asarray(vector, dtype=np.float64)
         query = query / (np.linalg.norm(query) or 1.0)
         hits = []
@@ -87,6 +102,8 @@ class ReferenceStore(Store):
         """BM25 (Lucene variant, :mod:`tkg.tokens`) over every live document of the kind, all groups: N, df and
         the average length are corpus-wide; each score is a float64 sum in query-term order, ranked and returned as
         :func:`~tkg.tokens.rank_score`."""
+        if Kind(kind) not in TEXT_KINDS:
+            raise BackendError(f"{kind} records have no text to search")
         records = list(self._records[Kind(kind)].values())
         documents = [Counter(tokenize(search_text(r))) for r in records]
         n = len(documents)
