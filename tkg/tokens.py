@@ -49,19 +49,21 @@ def bm25_sums(
     columns: Sequence[tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.float64]]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """The documents of ``columns`` -- one (documents, their :func:`term_part`) pair per query term, in query
-    order -- ascending, and their BM25 sums, each added in query-term order (bincount adds in input order) as a
-    loop over the terms would. Parts are positive, so every document's sum is too; one that is not is left out,
-    whichever way the sums are taken."""
+    order -- ascending, and their BM25 sums, each added in query-term order as a loop over the terms would. Parts
+    are positive, so every document's sum is too; one that is not is left out, whichever way the sums are taken."""
+    count = sum(len(d) for d, _ in columns)
+    if not count:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    low = min(int(d.min()) for d, _ in columns if len(d))
+    span = max(int(d.max()) for d, _ in columns if len(d)) - low + 1
+    if span <= _DENSE_SPAN * count:  # ids close together: one bin per id in their range, no sort
+        sums = np.zeros(span, dtype=np.float64)
+        for d, v in columns:  # term by term in query order (np.add.at adds in input order, unbuffered)
+            np.add.at(sums, d - low, v)
+        documents = np.flatnonzero(sums > 0)
+        return (documents + low).astype(np.int64, copy=False), sums[documents]
     ids = np.concatenate([d for d, _ in columns]).astype(np.int64, copy=False)
     values = np.concatenate([v for _, v in columns])
-    if not len(ids):
-        return ids, values.astype(np.float64, copy=False)
-    low = int(ids.min())
-    span = int(ids.max()) - low + 1
-    if span <= _DENSE_SPAN * len(ids):  # ids close together: one bin per id in their range, no sort
-        sums = np.bincount(ids - low, weights=values, minlength=span)
-        documents = np.flatnonzero(sums > 0)
-        return (documents + low).astype(np.int64, copy=False), sums[documents].astype(np.float64, copy=False)
     documents, inverse = np.unique(ids, return_inverse=True)
     sums = np.bincount(inverse, weights=values, minlength=len(documents))
     positive = sums > 0  # as the binned way finds them

@@ -93,7 +93,8 @@ def bm25_ranked(
     columns = []
     for term in terms:
         if term in found:
-            postings = np.concatenate(found[term])
+            parts = found[term]
+            postings = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if not len(postings):
                 continue
             weight = idf(documents, len(postings))
