@@ -57,11 +57,11 @@ def bm25_sums(
     low = min(int(d.min()) for d, _ in columns if len(d))
     span = max(int(d.max()) for d, _ in columns if len(d)) - low + 1
     if span <= _DENSE_SPAN * count:  # ids close together: one bin per id in their range, no sort
-        sums = np.zeros(span, dtype=np.float64)
+        binned = np.zeros(span, dtype=np.float64)
         for d, v in columns:  # term by term in query order (np.add.at adds in input order, unbuffered)
-            np.add.at(sums, d - low, v)
-        documents = np.flatnonzero(sums > 0)
-        return (documents + low).astype(np.int64, copy=False), sums[documents]
+            np.add.at(binned, d - low, v)
+        documents = np.flatnonzero(binned > 0)
+        return (documents + low).astype(np.int64, copy=False), binned[documents]
     ids = np.concatenate([d for d, _ in columns]).astype(np.int64, copy=False)
     values = np.concatenate([v for _, v in columns])
     documents, inverse = np.unique(ids, return_inverse=True)
