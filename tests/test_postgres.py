@@ -943,6 +943,27 @@ def _searchable(store: PostgresStore) -> tuple[list[Candidates], str, np.ndarray
     return asks, "Bob in city 3", EMB.embed(["Bob in city 3"])[0], make_scope(NOW, ["g"])
 
 
+def _meeting_text_searches(store: PostgresStore) -> set[int]:
+    """Make each text search of ``store`` wait, inside a read on its connection, until another one is in a read too
+    (BrokenBarrierError after 10 s): two text searches asked at once pass only if read on two connections at
+    once. Returns the set the server process ids of those reads go to."""
+    barrier = threading.Barrier(2, timeout=10)
+    pids: set[int] = set()
+    original = store.text_search
+
+    def meet(cur: psycopg.Cursor[Any]) -> int:
+        pid = int(cur.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        barrier.wait()  # after the statement: a read retried on a new connection meets the other once
+        return pid
+
+    def text_search(kind: Kind, q: str, k: int, scope: Any) -> list[Any]:
+        pids.add(store._read(meet))
+        return original(kind, q, k, scope)
+
+    store.text_search = text_search  # type: ignore[method-assign]
+    return pids
+
+
 def test_a_search_reads_its_candidate_lists_on_several_connections_at_once(server: EmbeddedPostgres) -> None:
     """Each list waits for the others at a barrier: read one after the other they would never get past it. The
     answers are those of a store that reads them in turn, and the reader connection is kept for the next search."""
@@ -951,16 +972,7 @@ def test_a_search_reads_its_candidate_lists_on_several_connections_at_once(serve
         with PostgresStore(server.dsn, dim=DIM, schema=store.schema, search_connections=1) as alone:
             expected = alone.candidates(asks, query, vector, sc)
             assert not alone._spare and alone._workers is None  # one connection: no reader, no thread
-        barrier = threading.Barrier(2, timeout=10)
-        pids: set[int] = set()
-        original = store.text_search
-
-        def meet(kind: Kind, q: str, k: int, scope: Any) -> list[Any]:
-            barrier.wait()  # both text searches in flight at once, or BrokenBarrierError
-            pids.add(store._read(lambda cur: cur.execute("SELECT pg_backend_pid()").fetchone()[0]))
-            return original(kind, q, k, scope)
-
-        store.text_search = meet  # type: ignore[method-assign]
+        pids = _meeting_text_searches(store)
         bm25 = [a for a in asks if a.method == "bm25"]
         assert store.candidates(bm25, query, vector, sc) == [
             h for a, h in zip(asks, expected, strict=True) if a.method == "bm25"
@@ -986,10 +998,18 @@ def test_a_reader_connection_that_dropped_or_cannot_open_leaves_searches_answeri
         ]
         assert store.candidates(asks, query, vector, sc) == expected
         assert store._spare
+        killed = {conn.info.backend_pid for conn in store._spare}
         with admin(server) as killer:
-            for conn in store._spare:
-                killer.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
-        assert store.candidates(asks, query, vector, sc) == expected  # each reader reconnects
+            for pid in killed:
+                killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+        pids = _meeting_text_searches(store)  # a reader must take one of the two text searches
+        bm25 = [a for a in asks if a.method == "bm25"]
+        assert store.candidates(bm25, query, vector, sc) == [
+            h for a, h in zip(asks, expected, strict=True) if a.method == "bm25"
+        ]
+        assert len(pids) == 2 and not pids & killed  # read on a new connection, not on a dead one
+        del store.text_search
+        assert store.candidates(asks, query, vector, sc) == expected
         for conn in store._spare:
             conn.close()
         from tkg.backends.postgres import session
@@ -999,6 +1019,28 @@ def test_a_reader_connection_that_dropped_or_cannot_open_leaves_searches_answeri
 
         monkeypatch.setattr(session, "connect", refused)  # no new connection: the store's own reads them all
         assert store.candidates(asks, query, vector, sc) == expected
+
+
+def test_a_search_does_not_wait_for_a_reader_thread_busy_elsewhere(server: EmbeddedPostgres) -> None:
+    """With the store's one reader thread held up (another search's lists, here a task that waits), a search reads
+    all its lists on its own connection and returns, instead of waiting for that thread to come and find nothing
+    left to read."""
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), search_connections=2) as store:
+        asks, query, vector, sc = _searchable(store)
+        expected = store.candidates(asks, query, vector, sc)
+        assert store._workers is not None
+        release = threading.Event()
+        busy = store._workers.submit(release.wait, 30)
+        answers: list[Any] = []
+        search = threading.Thread(target=lambda: answers.append(store.candidates(asks, query, vector, sc)))
+        try:
+            search.start()
+            search.join(10)
+            assert not search.is_alive() and answers == [expected]
+        finally:
+            release.set()
+            busy.result()
+            search.join()
 
 
 def test_every_connection_of_a_store_plans_without_parallel_workers(server: EmbeddedPostgres) -> None:

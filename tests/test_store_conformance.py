@@ -163,8 +163,8 @@ def test_candidates_answer_each_list_as_its_own_search_would(make_store):
     for _ in range(3):  # again: a backend's connections are reused
         assert store.candidates(asks, query, vector, sc) == alone
     assert store.candidates([], query, vector, sc) == []
-    with pytest.raises(ValidationError):
-        store.candidates([Candidates("fuzzy", Kind.FACT, 5)], query, vector, sc)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):  # refused before anything is read, wherever it is in the batch
+        store.candidates([*asks, Candidates("fuzzy", Kind.FACT, 5)], query, vector, sc)  # type: ignore[arg-type]
     for wrong in (Candidates("bm25", Kind.MENTION, 5), Candidates("cosine", Kind.MEMBERSHIP, 5)):
         with pytest.raises(BackendError):  # no text, no vectors: refused alike by every backend
             store.candidates([*asks, wrong], query, vector, sc)

@@ -15,7 +15,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tkg import selection
@@ -331,25 +331,31 @@ def test_dense_and_sparse_merges_agree_on_a_larger_corpus(merge: tuple[float, fl
 @settings(max_examples=200, deadline=None)
 @given(
     columns=st.lists(
-        st.dictionaries(
-            st.integers(0, 60),
-            st.sampled_from([1.0, 2.0**-53, 3 * 2.0**-54, 0.1, 0.7, 1e-17, 2.5]),
+        st.lists(
+            st.tuples(st.integers(0, 60), st.sampled_from([1.0, 2.0**-53, 3 * 2.0**-54, 0.1, 0.7, 1e-17, 2.5])),
             max_size=25,
         ),
         max_size=5,
     ),
     dense=st.booleans(),
 )
-def test_bm25_sums_add_each_documents_parts_in_query_term_order(columns: list[dict[int, float]], dense: bool) -> None:
+@example(columns=[[(3, 1.0)], [(3, 2.0**-53)], [(3, 2.0**-53)]], dense=True)
+@example(columns=[[(3, 1.0)], [(3, 2.0**-53)], [(3, 2.0**-53)]], dense=False)
+def test_bm25_sums_add_each_documents_parts_in_query_term_order(
+    columns: list[list[tuple[int, float]]], dense: bool
+) -> None:
     """Exactly the float64 sums of a loop over the terms in query order, by either way of summing (parts chosen so
-    that another order changes the sum: 1 + 2**-53 + 2**-53 is 1, 2**-53 + 2**-53 + 1 is not)."""
+    that another order changes the sum: 1 + 2**-53 + 2**-53 is 1, 2**-53 + 2**-53 + 1 is not), a document
+    repeated within a term included."""
     import tkg.tokens as tokens_module
 
     expected: dict[int, float] = {}
     for column in columns:
-        for doc, value in column.items():
+        for doc, value in column:
             expected[doc] = expected.get(doc, 0.0) + value
-    arrays = [(np.array(list(c), dtype=np.int64), np.array(list(c.values()), dtype=np.float64)) for c in columns]
+    arrays = [
+        (np.array([d for d, _ in c], dtype=np.int64), np.array([v for _, v in c], dtype=np.float64)) for c in columns
+    ]
     saved = tokens_module._DENSE_SPAN
     tokens_module._DENSE_SPAN = 10**9 if dense else 0  # bins by document, or sorts the documents
     try:

@@ -67,6 +67,13 @@ class Candidates(NamedTuple):
     k: int
 
 
+def check_candidates(asks: Sequence[Candidates]) -> None:
+    """Refuse a batch of :class:`Candidates` with an unknown method (before anything is read)."""
+    for ask in asks:
+        if ask.method not in ("cosine", "bm25"):
+            raise ValidationError(f"unknown candidate method {ask.method!r}: use 'cosine' or 'bm25'")
+
+
 @dataclass(slots=True)
 class WriteBatch:
     """Records to upsert and ``(kind, id)`` pairs to delete, applied all-or-nothing by :meth:`Store.write`."""
@@ -244,9 +251,7 @@ class Store(abc.ABC):
         """The answer to each of ``asks`` for the search of ``query`` (text) and ``vector`` within ``scope``, in
         order: exactly what :meth:`vector_search` or :meth:`text_search` returns for it. The default asks them
         one after the other; a backend whose searches wait on a server answers them together."""
-        for ask in asks:
-            if ask.method not in ("cosine", "bm25"):
-                raise ValidationError(f"unknown candidate method {ask.method!r}: use 'cosine' or 'bm25'")
+        check_candidates(asks)
         return [
             self.vector_search(ask.kind, vector, ask.k, scope)
             if ask.method == "cosine"

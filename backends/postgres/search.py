@@ -17,7 +17,7 @@ from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
 from tkg.models import TEXT_KINDS, VECTOR_FIELD, Fact, Kind, Vector
 from tkg.selection import top_k
-from tkg.storage import Candidates, Hit, Store
+from tkg.storage import Candidates, Hit, Store, check_candidates
 from tkg.timeline import Scope
 from tkg.tokens import bm25_sums, idf, term_part, tokenize
 from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
@@ -127,6 +127,7 @@ def _similarity(distance: float | None) -> float:
 class Search(Session):
     def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
         # Each list is one or two reads that wait on the server: they run on search_connections connections at once.
+        check_candidates(asks)
         lists = self._together([partial(Store.candidates, self, [ask], query, vector, scope) for ask in asks])
         return [hits for (hits,) in lists]
 

@@ -181,12 +181,16 @@ class Session(Store):
     def _together(self, reads: Sequence[Callable[[], T]]) -> list[T]:
         """Run ``reads`` (each a call of this store's read methods) on up to ``search_connections`` connections at
         once: the calling thread on the store's connection, worker threads each on a reader connection of their
-        own; every connection takes the next read not yet begun. The results in order; the first error, once
-        all have ended."""
+        own; every connection takes the next read not yet begun. The results in order; once all have ended, the
+        error of the first read in order that failed (the others are not begun after a failure)."""
         todo = deque(range(len(reads)))
         results: list[Any] = [None] * len(reads)
-        errors: list[BaseException] = []
+        errors: dict[int, BaseException] = {}
         guard = threading.Lock()
+
+        def left() -> bool:
+            with guard:
+                return bool(todo) and not errors
 
         def drain() -> None:
             while True:
@@ -198,16 +202,18 @@ class Session(Store):
                     results[i] = reads[i]()
                 except BaseException as exc:
                     with guard:
-                        errors.append(exc)
+                        errors[i] = exc
 
-        def on_reader() -> None:
+        def on_reader(pool: ThreadPoolExecutor) -> None:
+            if not left():
+                return  # the other connections read it all already: no connection taken or opened
             with self._readers_guard:
                 conn = self._spare.pop() if self._spare else None
             self._reader.conn = conn
             try:
                 try:
                     self._reader_connection()  # opened here, so a read's retry is only for a connection that dropped
-                except BackendError as exc:  # (the server's connection limit): the other connections read it all
+                except (BackendError, psycopg.Error) as exc:  # (the server's connection limit): the others read it
                     log.warning("no reader connection for a search, it reads on fewer: %s", exc)
                     return
                 drain()
@@ -215,7 +221,7 @@ class Session(Store):
                 conn, self._reader.conn = self._reader.conn, None
                 if conn is not None:
                     with self._readers_guard:
-                        keep = self._workers is not None and not conn.closed  # else the store was closed meanwhile
+                        keep = self._workers is pool and not conn.closed  # else the store was closed meanwhile
                         if keep:
                             self._spare.append(conn)
                     if not keep:
@@ -227,12 +233,14 @@ class Session(Store):
         with self._readers_guard:
             if self._workers is None:
                 self._workers = ThreadPoolExecutor(self._search_connections - 1, thread_name_prefix="tkg-pg-read")
-            started = [self._workers.submit(on_reader) for _ in range(helpers)]
+            pool = self._workers
+            started = [pool.submit(on_reader, pool) for _ in range(helpers)]
         drain()
         for future in started:
-            future.result()
+            if not future.cancel():  # one that has not begun (its thread busy with another search) is not waited for
+                future.result()
         if errors:
-            raise errors[0]
+            raise errors[min(errors)]
         return results
 
     def _transaction(self, body: Callable[[psycopg.Cursor[Any]], None]) -> None:
