@@ -114,7 +114,8 @@ def _fact_recall(store: InMemoryStore, queries: Sequence[str], now: datetime, k:
     exact top k (cosine over every fact the scope admits, scored in float64), the share returned; a returned fact
     counts when its exact score reaches the k-th best (ties at the cut: equal texts have equal vectors)."""
     scope = make_scope(now, [GROUP])
-    matrix = tkg.HashEmbedder(dim=DIM).embed(list(queries)).astype(np.float64)
+    vectors = tkg.HashEmbedder(dim=DIM).embed(list(queries))
+    matrix = vectors.astype(np.float64)
     matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
     exact: dict[str, npt.NDArray[np.float64]] = {}  # fact id -> its score for every query
     best = np.full((len(queries), k), -np.inf)  # the exact k best scores per query so far
@@ -139,7 +140,7 @@ def _fact_recall(store: InMemoryStore, queries: Sequence[str], now: datetime, k:
     if rows:
         score(ids, rows)
     found = 0
-    for q, vector in enumerate(tkg.HashEmbedder(dim=DIM).embed(list(queries))):
+    for q, vector in enumerate(vectors):
         cut = best[q, -1] - 1e-6
         hits = store.vector_search(tkg.Kind.FACT, vector, k, scope)
         found += sum(1 for h in hits if exact[h.id][q] >= cut)

@@ -107,12 +107,7 @@ class Session(Store):
             )
         self.text_config = settings["text_config"]
         self._conn: psycopg.Connection[Any] | None = None
-        try:
-            self._setup(conn)
-        except psycopg.Error as exc:
-            conn.close()
-            raise BackendError(f"cannot set up the connection to PostgreSQL at {describe(dsn)}: {exc}") from None
-        self._conn = conn
+        self._conn = self._set_up(conn)
 
     # ------------------------------------------------------------------------------------------------------
     # connections
@@ -136,12 +131,15 @@ class Session(Store):
             return conn
         if conn is not None and not conn.closed:
             conn.close()
-        conn = connect(self._dsn, connect_timeout=self._connect_timeout)
+        return self._set_up(connect(self._dsn, connect_timeout=self._connect_timeout))
+
+    def _set_up(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        """``conn`` made ready for tkg (:meth:`_setup`); closed, and the failure a BackendError, if that fails."""
         try:
             self._setup(conn)
         except psycopg.Error as exc:
             conn.close()
-            raise BackendError(f"cannot set up a new connection to PostgreSQL: {exc}") from None
+            raise BackendError(f"cannot set up the connection to PostgreSQL at {describe(self._dsn)}: {exc}") from None
         except BaseException:
             conn.close()
             raise
