@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import random
@@ -27,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ TARGET_KB_PER_FACT = 3.0
 TARGET_SNAPSHOT_S = 30.0
 TARGET_SIZE = 1_000_000
 RECALL_QUERIES = 50  # queries whose exact top 10 is computed (a scan of every fact)
+RECALL_K = 10
+EMBEDDERS = {"hash": "HashEmbedder", "minilm": "MiniLMEmbedder"}
+DEFAULT_EF: int = inspect.signature(InMemoryStore).parameters["ef_search"].default
 
 
 def rss_bytes() -> int:
@@ -76,6 +80,16 @@ class TimedRulesLLM(RulesLLM):
             self.calls.clear()  # do not keep every prompt through the run
 
 
+def make_embedder(args: argparse.Namespace) -> tkg.Embedder:
+    """The run's embedder: ``HashEmbedder(dim=384)`` (the default, no model), or the MiniLM model of the ``embed``
+    extra (384-d; ~250 texts a second on this project's 2-core machines, so 100k facts take ~10 minutes)."""
+    if args.embedder == "minilm":
+        from tkg.embedders.onnx import MiniLMEmbedder
+
+        return MiniLMEmbedder(threads=2)
+    return tkg.HashEmbedder(dim=DIM)
+
+
 def _ms(values: Sequence[float]) -> dict[str, float]:
     return bench_core.summarise(values)
 
@@ -97,54 +111,70 @@ def _fact_inputs(rng: random.Random, vocab: bench_core.Vocabulary, count: int) -
     return batches
 
 
-def _search(memory: tkg.Memory, queries: Sequence[str], warmup: int) -> dict[str, Any]:
+def _search(
+    memory: tkg.Memory, queries: Sequence[str], warmup: int, embedder: bench_core.TimedEmbedder
+) -> dict[str, Any]:
+    """Memory.search latency: wall time (``ms``) and engine time (``engine_ms``: minus the time inside ``embedder``,
+    the memory's embedder)."""
     for query in queries[:warmup]:
         memory.search(query, group_ids=[GROUP], limit=10)
-    times, hits = [], 0
+    times, engine, hits = [], [], 0
     for query in queries[warmup:]:
+        embedder.seconds = 0.0
         start = time.perf_counter()
         found = memory.search(query, group_ids=[GROUP], limit=10)
         times.append(time.perf_counter() - start)
+        engine.append(times[-1] - embedder.seconds)
         hits += len(found.facts) + len(found.entities) + len(found.episodes)
-    return {"ms": _ms(times), "results_per_query": hits / max(1, len(times))}
+    return {"ms": _ms(times), "engine_ms": _ms(engine), "results_per_query": hits / max(1, len(times))}
 
 
-def _fact_recall(store: InMemoryStore, queries: Sequence[str], now: datetime, k: int = 10) -> dict[str, Any]:
-    """recall@k of the store's cosine search over facts (HNSW graph, tail and fallbacks) against exact search: of the
-    exact top k (cosine over every fact the scope admits, scored in float64), the share returned; a returned fact
-    counts when its exact score reaches the k-th best (ties at the cut: equal texts have equal vectors)."""
+def _unit(rows: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    matrix = np.asarray(rows, dtype=np.float64)
+    return matrix / np.maximum(np.linalg.norm(matrix, axis=-1, keepdims=True), 1e-12)
+
+
+def _exact_cuts(
+    store: InMemoryStore, vectors: npt.NDArray[np.float32], now: datetime, k: int
+) -> npt.NDArray[np.float64]:
+    """Per query, the exact k-th best cosine (float64) over every fact of the group current at ``now``."""
     scope = make_scope(now, [GROUP])
-    vectors = tkg.HashEmbedder(dim=DIM).embed(list(queries))
-    matrix = vectors.astype(np.float64)
-    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    exact: dict[str, npt.NDArray[np.float64]] = {}  # fact id -> its score for every query
-    best = np.full((len(queries), k), -np.inf)  # the exact k best scores per query so far
-    ids: list[str] = []
+    queries = _unit(vectors)
+    best = np.full((len(queries), k), -np.inf)
     rows: list[npt.NDArray[np.float32]] = []
 
-    def score(ids: list[str], rows: list[npt.NDArray[np.float32]]) -> None:
-        chunk = np.asarray(rows, dtype=np.float64)
-        chunk /= np.maximum(np.linalg.norm(chunk, axis=1, keepdims=True), 1e-12)
-        scores = chunk @ matrix.T  # (facts, queries)
+    def score() -> None:
+        scores = _unit(rows) @ queries.T  # (facts, queries)
         best[:] = -np.sort(-np.concatenate([best, scores.T], axis=1), axis=1)[:, :k]
-        for fact_id, values in zip(ids, scores, strict=True):
-            exact[fact_id] = values
+        rows.clear()
 
     for fact in store.scan(tkg.Kind.FACT, frozenset({GROUP})):
         if fact.embedding is not None and scope.admits(fact):
-            ids.append(fact.id)
             rows.append(fact.embedding)
             if len(rows) == 65_536:
-                score(ids, rows)
-                ids, rows = [], []
+                score()
     if rows:
-        score(ids, rows)
-    found = 0
-    for q, vector in enumerate(vectors):
-        cut = best[q, -1] - 1e-6
+        score()
+    return best[:, -1]
+
+
+def _fact_recall(
+    store: InMemoryStore, vectors: npt.NDArray[np.float32], cuts: npt.NDArray[np.float64], now: datetime, k: int = 10
+) -> dict[str, Any]:
+    """recall@k of the store's cosine search over facts (HNSW graph, tail and fallbacks) against exact search, and
+    the time of each of those calls: of the exact top k (``cuts``, from :func:`_exact_cuts`), the share returned; a
+    returned fact counts when its exact score reaches the k-th best (ties at the cut: equal texts have equal
+    vectors)."""
+    scope = make_scope(now, [GROUP])
+    found, times = 0, []
+    for vector, cut in zip(vectors, cuts.tolist(), strict=True):
+        start = time.perf_counter()
         hits = store.vector_search(tkg.Kind.FACT, vector, k, scope)
-        found += sum(1 for h in hits if exact[h.id][q] >= cut)
-    return {"recall": found / (k * len(queries)), "queries": len(queries), "k": k, "facts": len(exact)}
+        times.append(time.perf_counter() - start)
+        facts = store.get(tkg.Kind.FACT, [hit.id for hit in hits])
+        exact = _unit([fact.embedding for fact in facts if fact is not None]) @ _unit(vector)
+        found += int(np.count_nonzero(exact >= cut - 1e-6))
+    return {"recall": found / (k * len(vectors)), "queries": len(vectors), "k": k, "ms": _ms(times)}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -155,7 +185,7 @@ def worker_build(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict
     rng = random.Random(bench_core.SEED)
     result: dict[str, Any] = {"facts": n_facts, "baseline_rss_mb": baseline / 2**20}
     t0 = time.perf_counter()
-    records, vocab, timings = bench_core.build_records(n_facts, rng, tkg.HashEmbedder(dim=DIM))
+    records, vocab, timings = bench_core.build_records(n_facts, rng, make_embedder(args))
     t1 = time.perf_counter()
     store = InMemoryStore(dim=DIM, threads=args.threads)
     store.load(records)
@@ -176,7 +206,7 @@ def worker_build(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict
         resident - sum(store.memory_breakdown().values())
     ) / 2**20
 
-    embedder = bench_core.TimedEmbedder(tkg.HashEmbedder(dim=DIM))
+    embedder = bench_core.TimedEmbedder(make_embedder(args))
     llm = TimedRulesLLM()
     clock = tkg.FixedClock(bench_core.CLOCK_START, tick=timedelta(seconds=1))
     memory = tkg.Memory(store, embedder=embedder, llm=llm, clock=clock)
@@ -207,15 +237,13 @@ def worker_build(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict
 
     queries = bench_core.query_texts(random.Random(bench_core.SEED + 1), vocab, args.warmup + args.queries)
     gc.collect()
-    result["search"] = _search(memory, queries, args.warmup)
+    result["search"] = _search(memory, queries, args.warmup, embedder)
     if args.profile and result["search"]["ms"]["p95"] >= TARGET_SEARCH_MS:
         result["search_profile"] = bench_core.profile(
             f"search at N={n_facts:,}",
             lambda: [memory.search(q, group_ids=[GROUP], limit=10) for q in queries[args.warmup :]],
             args.queries,
         )
-
-    result["recall"] = _fact_recall(store, queries[args.warmup :][:RECALL_QUERIES], clock.now())
 
     gc.collect()
     start = time.perf_counter()
@@ -230,7 +258,8 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
     baseline = rss_bytes()
     start = time.perf_counter()
     loaded = InMemoryStore(dim=DIM)
-    memory = tkg.Memory.load(snapshot, embedder=tkg.HashEmbedder(dim=DIM), store=loaded)
+    embedder = bench_core.TimedEmbedder(make_embedder(args))
+    memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
     load_s = time.perf_counter() - start
     gc.collect()
     resident = rss_bytes() - baseline
@@ -242,7 +271,7 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
         "rss_mb": resident / 2**20,
         "kb_per_fact": resident / facts / 1000,
         "restored": loaded.stats().get("restored", {}),
-        "search": _search(memory, queries, args.warmup),
+        "search": _search(memory, queries, args.warmup, embedder),
     }
     if args.profile and out["search"]["ms"]["p95"] >= TARGET_SEARCH_MS:
         out["search_profile"] = bench_core.profile(
@@ -250,16 +279,32 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
             lambda: [memory.search(q, group_ids=[GROUP], limit=10) for q in queries[args.warmup :]],
             args.queries,
         )
+    # Recall of the fact cosine search and search latency at each ef_search: the default's store is the one just
+    # loaded; every other is loaded afresh from the snapshot (one at a time: a 1M store is ~10 GB).
+    vectors = embedder.embed(queries[args.warmup :][:RECALL_QUERIES])
+    now = datetime.now(UTC)
+    cuts = _exact_cuts(loaded, vectors, now, RECALL_K)
+    out["by_ef"] = {}
+    for ef in sorted({DEFAULT_EF, *args.ef}, key=lambda ef: (ef != DEFAULT_EF, ef)):
+        if ef != DEFAULT_EF:
+            del memory, loaded
+            gc.collect()
+            loaded = InMemoryStore(dim=DIM, ef_search=ef)
+            memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
+        out["by_ef"][str(ef)] = {
+            "recall": _fact_recall(loaded, vectors, cuts, now, RECALL_K),
+            "search": out["search"] if ef == DEFAULT_EF else _search(memory, queries, args.warmup, embedder),
+        }
     if args.profile and load_s >= TARGET_SNAPSHOT_S:
         import cProfile
         import io
         import pstats
 
-        del memory
+        del memory, loaded
         gc.collect()
         profiler = cProfile.Profile()
         profiler.enable()
-        tkg.Memory.load(snapshot, embedder=tkg.HashEmbedder(dim=DIM))
+        tkg.Memory.load(snapshot, embedder=embedder)
         profiler.disable()
         stream = io.StringIO()
         pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(25)
@@ -289,6 +334,10 @@ def run_worker(kind: str, n_facts: int, args: argparse.Namespace, snapshot: Path
         str(args.adds),
         "--warmup",
         str(args.warmup),
+        "--ef",
+        ",".join(map(str, args.ef)),
+        "--embedder",
+        args.embedder,
         *(["--profile"] if args.profile else []),
     ]
     try:
@@ -328,7 +377,10 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
         row("search ms p50", [_r(r["search"]["ms"]["p50"]) for r in results]),
         row("search ms p95", [_r(r["search"]["ms"]["p95"]) for r in results]),
         row("search ms p95 after load", [_r(r["loaded"]["search"]["ms"]["p95"]) for r in results]),
-        row("fact cosine recall@10 against exact", [_r(r["recall"]["recall"], 3) for r in results]),
+        row(
+            f"fact cosine recall@10 against exact (ef_search {DEFAULT_EF})",
+            [_r(r["loaded"]["by_ef"][str(DEFAULT_EF)]["recall"]["recall"], 3) for r in results],
+        ),
         row("RSS MB after build", [_r(r["rss_mb"], 0) for r in results]),
         row("RSS MB after load", [_r(r["loaded"]["rss_mb"], 0) for r in results]),
         row(
@@ -350,6 +402,24 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
             ],
         ),
     ]
+    efs = sorted({int(ef) for r in results for ef in r["loaded"]["by_ef"]})
+
+    def by_ef(ef: int, show: Callable[[dict[str, Any]], Any]) -> list[Any]:
+        return [show(r["loaded"]["by_ef"][str(ef)]) if str(ef) in r["loaded"]["by_ef"] else None for r in results]
+
+    def p50_p95(ms: dict[str, float]) -> str:
+        return f"{ms['p50']:.2f} / {ms['p95']:.2f}"
+
+    ef_rows = []
+    for ef in efs:
+        ef_rows += [
+            row(f"ef_search {ef}: fact cosine recall@10", by_ef(ef, lambda e: _r(e["recall"]["recall"], 3))),
+            row(f"ef_search {ef}: fact cosine search ms p50 / p95", by_ef(ef, lambda e: p50_p95(e["recall"]["ms"]))),
+            row(
+                f"ef_search {ef}: hybrid search engine ms p50 / p95",
+                by_ef(ef, lambda e: p50_p95(e["search"]["engine_ms"])),
+            ),
+        ]
     breakdown_keys = list(results[0]["breakdown_mb"])
     breakdown_rows = [
         row(key, [_r(r["breakdown_mb"][key] * 2**20 / r["facts"] / 1000, 3) for r in results]) for key in breakdown_keys
@@ -357,8 +427,8 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
     notes = [
         "Graph: bench_core's base graph -- per fact 1/3 entity and 1/3 message episode, each with a 384-d vector, so "
         "1.67 vectors per fact.",
-        "Engine ms = wall time minus time inside HashEmbedder and RulesLLM. Search = Memory.search, hybrid, limit 10, "
-        "query embedding included.",
+        f"Engine ms = wall time minus time inside {EMBEDDERS[args.embedder]} and RulesLLM. Search = Memory.search, "
+        "hybrid, limit 10, query embedding included.",
         f"Recall: {RECALL_QUERIES} of the queries, the store's cosine search over facts (k 10, the group's current "
         "facts) against exact cosine over all of them; a returned fact counts when its exact score reaches the 10th "
         "best.",
@@ -404,10 +474,24 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
         "seconds": seconds,
         "tables": [
             {
-                "title": "tkg in-memory backend at scale (HashEmbedder dim 384)",
+                "title": f"tkg in-memory backend at scale ({EMBEDDERS[args.embedder]} dim 384)",
                 "columns": columns,
                 "rows": rows,
                 "notes": notes,
+            },
+            {
+                "title": "search quality and latency against HNSW ef_search (after a load)",
+                "columns": columns,
+                "rows": ef_rows,
+                "notes": [
+                    f"Each ef_search: the snapshot loaded into InMemoryStore(ef_search=...) (ef_search {DEFAULT_EF} is "
+                    "the default and the store of the table above). Recall as above; fact cosine search = the "
+                    "store's vector_search over facts, k 10, per call; hybrid search engine ms = Memory.search as "
+                    "above minus the time inside the embedder (the query's vector).",
+                    "HashEmbedder vectors of templated facts are a hard case for HNSW (hashed words: many facts "
+                    "share most of their words, so near-equal distances); see benchmarks/README.md for MiniLM "
+                    "vectors.",
+                ],
             },
             {
                 "title": "resident memory per fact by part, KB (after build)",
@@ -471,6 +555,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--adds", type=int, default=100, help="add_facts calls and add_episode calls measured")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="InMemoryStore(threads=...) for the HNSW build")
+    parser.add_argument(
+        "--ef", default="64,128,256", help="comma-separated HNSW ef_search values whose recall and latency are measured"
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=sorted(EMBEDDERS),
+        default="hash",
+        help="vectors of every record and query: hash (HashEmbedder, the default) or minilm (tkg's MiniLM model)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile search / load where a target is missed")
     parser.add_argument(
         "--keep-snapshots",
@@ -489,6 +582,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.sizes, args.queries, args.adds = "2000,10000", 50, 30
     args.sizes = sorted(int(s) for s in str(args.sizes).split(","))
+    args.ef = sorted(int(ef) for ef in str(args.ef).split(","))
     return args
 
 
