@@ -12,6 +12,7 @@ from conftest import T0
 
 from tkg.backends.memory import InMemoryStore
 from tkg.embedders import HashEmbedder
+from tkg.errors import ValidationError
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind, Mention, Record, Verdict
 from tkg.storage import WriteBatch
 from tkg.timeline import make_scope
@@ -282,3 +283,49 @@ def test_the_closest_facts_see_every_write_between_two_reads_around_one_entity()
             assert {f.id for f, _ in store.closest_facts([around], query, 1000, relation, same=not same)} == {
                 f.id for f in store.facts_of([around]) if (f.relation == relation) is not same
             }
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"hnsw_m": 1}, {"ef_construction": 0}, {"ef_search": 0}, {"ef_search": True}, {"vector_tail": 0}, {"threads": 0}],
+)
+def test_index_options_out_of_range_are_refused(option: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match=next(iter(option))):
+        InMemoryStore(dim=16, **option)  # type: ignore[arg-type]
+
+
+def _facts_with_vectors(vectors: np.ndarray) -> list[Record]:
+    people: list[Record] = [Entity(id=f"e{i}", group_id="g", name=f"person {i}", created_at=T0) for i in range(2)]
+    return people + [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id="e0",
+            target_id="e1",
+            relation="MET",
+            fact=f"fact {i}",
+            created_at=T0,
+            embedding=vector,
+        )
+        for i, vector in enumerate(vectors)
+    ]
+
+
+def test_ef_search_sets_how_far_the_graph_search_looks() -> None:
+    """``ef_search`` reaches the HNSW search over a store's facts (6,000 random 32-d vectors, past the size searched
+    by brute force): at the number of facts, the answer is the exact top 10 for every query; at 1 (a search for 10
+    then keeps ~20 candidates), the same store built alike misses some of them."""
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((6000, 32)).astype(np.float32)
+    queries = rng.standard_normal((30, 32)).astype(np.float32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    exact = [{f"f{i}" for i in np.argsort(-(unit @ query))[:10]} for query in queries]
+    scope = make_scope(T0, ["g"])
+    found = {}
+    for ef in (6000, 1):
+        store = InMemoryStore(dim=32, ef_search=ef, background=False)
+        store.load(_facts_with_vectors(vectors))
+        found[ef] = [{hit.id for hit in store.vector_search(Kind.FACT, query, 10, scope)} for query in queries]
+        store.close()
+    assert found[6000] == exact
+    assert sum(len(got & want) for got, want in zip(found[1], exact, strict=True)) < 10 * len(queries)
