@@ -63,6 +63,7 @@ if __name__ == "__main__":
     _pin_blas_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import render  # noqa: E402  (benchmarks/render.py: the suite's JSON contract)
@@ -71,6 +72,8 @@ from measure import summarise_ms  # noqa: E402  (the one percentile definition)
 import tkg  # noqa: E402
 from tkg.backends.memory import InMemoryStore  # noqa: E402
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Mention, Record  # noqa: E402
+from tkg.storage import Store  # noqa: E402
+from tkg.timeline import Scope  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 GROUP = "bench"
@@ -522,6 +525,50 @@ def in_fresh_process(fn: Callable[..., Any], *args: Any) -> Any:
 def summarise(values_s: Sequence[float]) -> dict[str, float]:
     """p50/p95/mean/max in ms (the one percentile definition, in ``measure``)."""
     return summarise_ms(values_s)
+
+
+def _unit(rows: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    matrix = np.asarray(rows, dtype=np.float64)
+    return matrix / np.maximum(np.linalg.norm(matrix, axis=-1, keepdims=True), 1e-12)
+
+
+def exact_cuts(store: Store, vectors: npt.NDArray[np.float32], scope: Scope, k: int) -> npt.NDArray[np.float64]:
+    """Per query vector, the exact k-th best cosine (float64) over every fact of ``GROUP`` that ``scope`` admits."""
+    queries = _unit(vectors)
+    best = np.full((len(queries), k), -np.inf)
+    rows: list[npt.NDArray[np.float32]] = []
+
+    def score() -> None:
+        scores = _unit(rows) @ queries.T  # (facts, queries)
+        best[:] = -np.sort(-np.concatenate([best, scores.T], axis=1), axis=1)[:, :k]
+        rows.clear()
+
+    for fact in store.scan(tkg.Kind.FACT, frozenset({GROUP})):
+        if fact.embedding is not None and scope.admits(fact):
+            rows.append(fact.embedding)
+            if len(rows) == 65_536:
+                score()
+    if rows:
+        score()
+    return best[:, -1]
+
+
+def fact_recall(
+    store: Store, vectors: npt.NDArray[np.float32], cuts: npt.NDArray[np.float64], scope: Scope, k: int
+) -> dict[str, Any]:
+    """recall@k of ``store``'s cosine search over facts (its index, approximate or not) against exact search, and
+    the time of each of those calls: of the exact top k (``cuts``, from :func:`exact_cuts` with the same scope),
+    the share returned; a returned fact counts when its exact score reaches the k-th best (ties at the cut: equal
+    texts have equal vectors)."""
+    found, times = 0, []
+    for vector, cut in zip(vectors, cuts.tolist(), strict=True):
+        start = time.perf_counter()
+        hits = store.vector_search(tkg.Kind.FACT, vector, k, scope)
+        times.append(time.perf_counter() - start)
+        facts = store.get(tkg.Kind.FACT, [hit.id for hit in hits])
+        exact = _unit([fact.embedding for fact in facts if fact is not None]) @ _unit(vector)
+        found += int(np.count_nonzero(exact >= cut - 1e-6))
+    return {"recall": found / (k * len(vectors)), "queries": len(vectors), "k": k, "ms": summarise(times)}
 
 
 def rss_mb() -> tuple[float, float]:

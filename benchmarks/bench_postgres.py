@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import random
 import sys
@@ -46,8 +47,15 @@ import tkg
 from tkg.backends.memory import InMemoryStore
 from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
 from tkg.storage import Store
+from tkg.timeline import make_scope
 
 BACKENDS = ("memory", "postgres")
+RECALL_QUERIES = 50  # queries whose exact top 10 is computed (a scan of every fact)
+RECALL_K = 10
+EF_SEARCH = {
+    name: inspect.signature(store).parameters["ef_search"].default
+    for name, store in (("memory", InMemoryStore), ("postgres", PostgresStore))
+}
 
 
 def run_backend(
@@ -73,12 +81,17 @@ def run_backend(
     gc.collect()
     core.run_searches(bench, queries[:warmup])
     searched = core.run_searches(bench, queries[warmup:])
+    # Search quality beside the timings: recall@10 of the fact cosine search against exact (bench_scale's measure).
+    vectors = tkg.HashEmbedder(dim=core.DIM).embed(list(queries[warmup:][:RECALL_QUERIES]))
+    scope = make_scope(clock.now(), [core.GROUP])
+    recall = core.fact_recall(store, vectors, core.exact_cuts(store, vectors, scope, RECALL_K), scope, RECALL_K)
     gc.collect()
     peak, current = core.rss_mb()
     return {
         "load_s": load_s,
         "add_episode": added,
         "search": searched,
+        "recall": recall,
         "records": memory.stats()["records"],
         "rss_mb": {"peak": peak, "current": current},
     }
@@ -184,6 +197,7 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
         ["add_episode engine ms p95", *(b["add_episode"]["engine_ms"]["p95"] for _, _, b in runs)],
         ["search ms p50", *(b["search"]["total_ms"]["p50"] for _, _, b in runs)],
         ["search ms p95", *(b["search"]["total_ms"]["p95"] for _, _, b in runs)],
+        ["fact cosine recall@10 against exact", *(b["recall"]["recall"] for _, _, b in runs)],
         ["client RSS MB at end (minus imports)", *(b["rss_mb"]["store"] for _, _, b in runs)],
         ["client peak RSS MB", *(b["rss_mb"]["peak"] for _, _, b in runs)],
         ["client KB per fact", *(kb_per_fact(b["rss_mb"]["store"], n) for n, _, b in runs)],
@@ -203,6 +217,9 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "records are dropped minus the same process's RSS after its imports (what the store keeps in the "
             "client); peak includes building the records. database = the schema's tables and indexes on disk; server "
             "resident = the PostgreSQL processes' proportional set size at the end (shared memory counted once).",
+            f"Recall: {RECALL_QUERIES} of the queries, the store's cosine search over facts (k {RECALL_K}, the "
+            "group's current facts) against exact cosine over all of them, as in bench_scale.py; HNSW ef_search at "
+            f"each store's default ({EF_SEARCH['memory']} in memory, {EF_SEARCH['postgres']} in PostgreSQL).",
             "Server: "
             + ("your --dsn" if args.dsn else f"EmbeddedPostgres, settings {args.settings} (others PostgreSQL's)")
             + f"; index builds in load with {args.build_memory_mb:,} MB (PostgresStore(build_memory_mb=...))",

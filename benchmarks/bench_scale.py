@@ -35,8 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_core
-import numpy as np
-import numpy.typing as npt
 import render
 
 import tkg
@@ -127,54 +125,6 @@ def _search(
         engine.append(times[-1] - embedder.seconds)
         hits += len(found.facts) + len(found.entities) + len(found.episodes)
     return {"ms": _ms(times), "engine_ms": _ms(engine), "results_per_query": hits / max(1, len(times))}
-
-
-def _unit(rows: npt.ArrayLike) -> npt.NDArray[np.float64]:
-    matrix = np.asarray(rows, dtype=np.float64)
-    return matrix / np.maximum(np.linalg.norm(matrix, axis=-1, keepdims=True), 1e-12)
-
-
-def _exact_cuts(
-    store: InMemoryStore, vectors: npt.NDArray[np.float32], now: datetime, k: int
-) -> npt.NDArray[np.float64]:
-    """Per query, the exact k-th best cosine (float64) over every fact of the group current at ``now``."""
-    scope = make_scope(now, [GROUP])
-    queries = _unit(vectors)
-    best = np.full((len(queries), k), -np.inf)
-    rows: list[npt.NDArray[np.float32]] = []
-
-    def score() -> None:
-        scores = _unit(rows) @ queries.T  # (facts, queries)
-        best[:] = -np.sort(-np.concatenate([best, scores.T], axis=1), axis=1)[:, :k]
-        rows.clear()
-
-    for fact in store.scan(tkg.Kind.FACT, frozenset({GROUP})):
-        if fact.embedding is not None and scope.admits(fact):
-            rows.append(fact.embedding)
-            if len(rows) == 65_536:
-                score()
-    if rows:
-        score()
-    return best[:, -1]
-
-
-def _fact_recall(
-    store: InMemoryStore, vectors: npt.NDArray[np.float32], cuts: npt.NDArray[np.float64], now: datetime, k: int = 10
-) -> dict[str, Any]:
-    """recall@k of the store's cosine search over facts (HNSW graph, tail and fallbacks) against exact search, and
-    the time of each of those calls: of the exact top k (``cuts``, from :func:`_exact_cuts`), the share returned; a
-    returned fact counts when its exact score reaches the k-th best (ties at the cut: equal texts have equal
-    vectors)."""
-    scope = make_scope(now, [GROUP])
-    found, times = 0, []
-    for vector, cut in zip(vectors, cuts.tolist(), strict=True):
-        start = time.perf_counter()
-        hits = store.vector_search(tkg.Kind.FACT, vector, k, scope)
-        times.append(time.perf_counter() - start)
-        facts = store.get(tkg.Kind.FACT, [hit.id for hit in hits])
-        exact = _unit([fact.embedding for fact in facts if fact is not None]) @ _unit(vector)
-        found += int(np.count_nonzero(exact >= cut - 1e-6))
-    return {"recall": found / (k * len(vectors)), "queries": len(vectors), "k": k, "ms": _ms(times)}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -283,7 +233,7 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
     # loaded; every other is loaded afresh from the snapshot (one at a time: a 1M store is ~10 GB).
     vectors = embedder.embed(queries[args.warmup :][:RECALL_QUERIES])
     now = datetime.now(UTC)
-    cuts = _exact_cuts(loaded, vectors, now, RECALL_K)
+    cuts = bench_core.exact_cuts(loaded, vectors, make_scope(now, [GROUP]), RECALL_K)
     out["by_ef"] = {}
     for ef in sorted({DEFAULT_EF, *args.ef}, key=lambda ef: (ef != DEFAULT_EF, ef)):
         if ef != DEFAULT_EF:
@@ -292,7 +242,7 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
             loaded = InMemoryStore(dim=DIM, ef_search=ef)
             memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
         out["by_ef"][str(ef)] = {
-            "recall": _fact_recall(loaded, vectors, cuts, now, RECALL_K),
+            "recall": bench_core.fact_recall(loaded, vectors, cuts, make_scope(now, [GROUP]), RECALL_K),
             "search": out["search"] if ef == DEFAULT_EF else _search(memory, queries, args.warmup, embedder),
         }
     if args.profile and load_s >= TARGET_SNAPSHOT_S:
