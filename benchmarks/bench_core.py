@@ -527,6 +527,10 @@ def summarise(values_s: Sequence[float]) -> dict[str, float]:
     return summarise_ms(values_s)
 
 
+RECALL_QUERIES = 50  # queries whose exact top 10 is computed by exact_cuts (a scan of every fact)
+RECALL_K = 10
+
+
 def _unit(rows: npt.ArrayLike) -> npt.NDArray[np.float64]:
     matrix = np.asarray(rows, dtype=np.float64)
     return matrix / np.maximum(np.linalg.norm(matrix, axis=-1, keepdims=True), 1e-12)

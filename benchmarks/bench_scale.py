@@ -49,8 +49,7 @@ TARGET_SEARCH_MS = 10.0
 TARGET_KB_PER_FACT = 3.0
 TARGET_SNAPSHOT_S = 30.0
 TARGET_SIZE = 1_000_000
-RECALL_QUERIES = 50  # queries whose exact top 10 is computed (a scan of every fact)
-RECALL_K = 10
+RECALL_QUERIES, RECALL_K = bench_core.RECALL_QUERIES, bench_core.RECALL_K
 EMBEDDERS = {"hash": "HashEmbedder", "minilm": "MiniLMEmbedder"}
 DEFAULT_EF: int = inspect.signature(InMemoryStore).parameters["ef_search"].default
 
