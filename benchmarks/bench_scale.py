@@ -231,8 +231,8 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
     # Recall of the fact cosine search and search latency at each ef_search: the default's store is the one just
     # loaded; every other is loaded afresh from the snapshot (one at a time: a 1M store is ~10 GB).
     vectors = embedder.embed(queries[args.warmup :][:RECALL_QUERIES])
-    now = datetime.now(UTC)
-    cuts = bench_core.exact_cuts(loaded, vectors, make_scope(now, [GROUP]), RECALL_K)
+    scope = make_scope(datetime.now(UTC), [GROUP])
+    cuts = bench_core.exact_cuts(loaded, vectors, scope, RECALL_K)
     out["by_ef"] = {}
     for ef in sorted({DEFAULT_EF, *args.ef}, key=lambda ef: (ef != DEFAULT_EF, ef)):
         if ef != DEFAULT_EF:
@@ -241,7 +241,7 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
             loaded = InMemoryStore(dim=DIM, ef_search=ef)
             memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
         out["by_ef"][str(ef)] = {
-            "recall": bench_core.fact_recall(loaded, vectors, cuts, make_scope(now, [GROUP]), RECALL_K),
+            "recall": bench_core.fact_recall(loaded, vectors, cuts, scope, RECALL_K),
             "search": out["search"] if ef == DEFAULT_EF else _search(memory, queries, args.warmup, embedder),
         }
     if args.profile and load_s >= TARGET_SNAPSHOT_S:

@@ -118,9 +118,13 @@ class InMemoryStore(Store):
     ) -> None:
         if dim < 1:
             raise ValidationError("dim must be positive")
-        least = {"hnsw_m": (hnsw_m, 2), "ef_construction": (ef_construction, 1), "ef_search": (ef_search, 1)}
-        least |= {"vector_tail": (vector_tail, 1), "threads": (threads, 1)}
-        for name, (value, lowest) in least.items():
+        for name, value, lowest in (
+            ("hnsw_m", hnsw_m, 2),
+            ("ef_construction", ef_construction, 1),
+            ("ef_search", ef_search, 1),
+            ("vector_tail", vector_tail, 1),
+            ("threads", threads, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValidationError(f"InMemoryStore: {name} must be an integer of at least {lowest}, got {value!r}")
         self.dim = dim
