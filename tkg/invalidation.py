@@ -33,11 +33,11 @@ overlap the new fact's -- superseded facts included, so that a late-arriving fac
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from tkg.memo import Memo
 from tkg.models import Fact, Verdict, evolve
 from tkg.timeutil import iso_offset
 
@@ -85,11 +85,17 @@ def same_pair(a: Fact, b: Fact) -> bool:
     return {a.source_id, a.target_id} == {b.source_id, b.target_id}
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def text_key(sentence: str) -> str:
-    """A sentence compared for verbatim repeats: case and spacing folded, final punctuation dropped. (Cached:
+    """A sentence compared for verbatim repeats: case and spacing folded, final punctuation dropped. (Memoised:
     every new fact compares its sentence with those of its entities' facts, over and over.)"""
+    return _TEXT_KEYS(sentence)
+
+
+def _fold_sentence(sentence: str) -> str:
     return " ".join(sentence.casefold().split()).rstrip(".!")
+
+
+_TEXT_KEYS = Memo(_fold_sentence, 1 << 16)
 
 
 def overlaps(a: Fact, b: Fact) -> bool:

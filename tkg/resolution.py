@@ -12,13 +12,13 @@ Pure functions over names and candidate entities; no store, no LLM. The passes, 
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tkg.memo import Memo
 from tkg.models import Entity
 from tkg.names import fold_accents, normalize_name
 
@@ -50,7 +50,6 @@ class Verdict:
     reason: str = "new"
 
 
-@functools.lru_cache(maxsize=1 << 14)  # every candidate's forms are folded again for each name judged
 def fuzzy_form(name: str) -> str:
     """The normalised name without accents (:func:`tkg.names.fold_accents`) and with punctuation other than
     apostrophes removed; letters of every script stay.
@@ -58,7 +57,14 @@ def fuzzy_form(name: str) -> str:
     >>> fuzzy_form("Dr. José Álvarez-Núñez"), fuzzy_form("Łukasz"), fuzzy_form("東京 タワー")
     ('dr jose alvarez nunez', 'łukasz', '東京 タワー')
     """
+    return _FUZZY_FORMS(name)
+
+
+def _fold_fuzzy(name: str) -> str:
     return " ".join(_FUZZY_CHARS.sub(" ", fold_accents(normalize_name(name))).split())
+
+
+_FUZZY_FORMS = Memo(_fold_fuzzy, 1 << 14)  # every candidate's forms are folded again for each name judged
 
 
 def shingles(name: str) -> frozenset[str]:

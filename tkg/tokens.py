@@ -7,7 +7,6 @@ import math
 import re
 import struct
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import numpy as np
@@ -15,10 +14,12 @@ import numpy.typing as npt
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
+from tkg.memo import Memo
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(STOPWORDS_EN)
 # Without PyStemmer's own cache (its words are kept as lists, up to 10,000, which the cycle collector walks at every
-# full collection): _stem's lru_cache in front of it caches the stems already.
+# full collection): _STEMS, in front of it, memoises the stems where the collector does not look (tkg.memo).
 _STEMMER = Stemmer.Stemmer("english", 0)
 
 #: BM25's constants (the Lucene variant: idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
@@ -81,9 +82,11 @@ def rank_score(score: float) -> float:
     return float(struct.unpack("f", struct.pack("f", score))[0])
 
 
-@lru_cache(maxsize=500_000)
 def _stem(word: str) -> str:
     return str(_STEMMER.stemWord(word))
+
+
+_STEMS = Memo(_stem, 500_000)
 
 
 def tokenize(text: str) -> list[str]:
@@ -92,4 +95,5 @@ def tokenize(text: str) -> list[str]:
     >>> tokenize("The quick brown foxes")
     ['quick', 'brown', 'fox']
     """
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+    known = _STEMS.table.get
+    return [known(w) or _STEMS(w) for w in _WORD.findall(text.lower()) if w not in _STOP]

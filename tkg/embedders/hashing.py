@@ -5,17 +5,17 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
 
 from tkg.errors import ValidationError
+from tkg.memo import Memo
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-@lru_cache(maxsize=200_000)
 def _bucket(token: str, dim: int) -> int:
     h = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
     index = h % dim
@@ -36,6 +36,7 @@ class HashEmbedder:
             raise ValidationError("HashEmbedder dim must be at least 2")
         self._dim = dim
         self._trigrams = trigrams
+        self._codes = Memo(partial(_bucket, dim=dim), 200_000)
 
     @property
     def dim(self) -> int:
@@ -61,7 +62,9 @@ class HashEmbedder:
         return out
 
     def _add(self, vec: npt.NDArray[np.float32], token: str, weight: float) -> None:
-        code = _bucket(token, self._dim)
+        code = self._codes.table.get(token)
+        if code is None:
+            code = self._codes(token)
         if code >= 0:
             vec[code] += weight
         else:
