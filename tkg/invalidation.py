@@ -88,7 +88,7 @@ def same_pair(a: Fact, b: Fact) -> bool:
 def text_key(sentence: str) -> str:
     """A sentence compared for verbatim repeats: case and spacing folded, final punctuation dropped. (Memoised:
     every new fact compares its sentence with those of its entities' facts, over and over.)"""
-    return _TEXT_KEYS(sentence)
+    return _TEXT_KEYS.table.get(sentence) or _TEXT_KEYS(sentence)  # a hit without a call
 
 
 def _fold_sentence(sentence: str) -> str:
