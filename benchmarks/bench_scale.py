@@ -49,7 +49,6 @@ TARGET_SEARCH_MS = 10.0
 TARGET_KB_PER_FACT = 3.0
 TARGET_SNAPSHOT_S = 30.0
 TARGET_SIZE = 1_000_000
-RECALL_QUERIES, RECALL_K = bench_core.RECALL_QUERIES, bench_core.RECALL_K
 EMBEDDERS = {"hash": "HashEmbedder", "minilm": "MiniLMEmbedder"}
 DEFAULT_EF: int = inspect.signature(InMemoryStore).parameters["ef_search"].default
 
@@ -230,9 +229,9 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
         )
     # Recall of the fact cosine search and search latency at each ef_search: the default's store is the one just
     # loaded; every other is loaded afresh from the snapshot (one at a time: a 1M store is ~10 GB).
-    vectors = embedder.embed(queries[args.warmup :][:RECALL_QUERIES])
+    vectors = embedder.embed(queries[args.warmup :][: bench_core.RECALL_QUERIES])
     scope = make_scope(datetime.now(UTC), [GROUP])
-    cuts = bench_core.exact_cuts(loaded, vectors, scope, RECALL_K)
+    cuts = bench_core.exact_cuts(loaded, vectors, scope, bench_core.RECALL_K)
     out["by_ef"] = {}
     for ef in sorted({DEFAULT_EF, *args.ef}, key=lambda ef: (ef != DEFAULT_EF, ef)):
         if ef != DEFAULT_EF:
@@ -241,7 +240,7 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
             loaded = InMemoryStore(dim=DIM, ef_search=ef)
             memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
         out["by_ef"][str(ef)] = {
-            "recall": bench_core.fact_recall(loaded, vectors, cuts, scope, RECALL_K),
+            "recall": bench_core.fact_recall(loaded, vectors, cuts, scope, bench_core.RECALL_K),
             "search": out["search"] if ef == DEFAULT_EF else _search(memory, queries, args.warmup, embedder),
         }
     if args.profile and load_s >= TARGET_SNAPSHOT_S:
@@ -378,9 +377,9 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
         "1.67 vectors per fact.",
         f"Engine ms = wall time minus time inside {EMBEDDERS[args.embedder]} and RulesLLM. Search = Memory.search, "
         "hybrid, limit 10, query embedding included.",
-        f"Recall: {RECALL_QUERIES} of the queries, the store's cosine search over facts (k 10, the group's current "
-        "facts) against exact cosine over all of them; a returned fact counts when its exact score reaches the 10th "
-        "best.",
+        f"Recall: {bench_core.RECALL_QUERIES} of the queries, the store's cosine search over facts (k 10, the "
+        "group's current facts) against exact cosine over all of them; a returned fact counts when its exact score "
+        "reaches the 10th best.",
         "RSS = resident set after the build / after Memory.load, minus the RSS of the same fresh process after its "
         "imports; each size runs in its own processes.",
     ]

@@ -62,9 +62,7 @@ class HashEmbedder:
         return out
 
     def _add(self, vec: npt.NDArray[np.float32], token: str, weight: float) -> None:
-        code = self._codes.table.get(token)
-        if code is None:
-            code = self._codes(token)
+        code = self._codes.table.get(token) or self._codes(token)  # a hit without a call (0 is asked again)
         if code >= 0:
             vec[code] += weight
         else:
