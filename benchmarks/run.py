@@ -77,6 +77,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark("communities", "bench_communities.py", about="community detection, refresh, extension, drift"),
     Benchmark("scale", "bench_scale.py", about="in-memory scale curves to 1M facts"),
+    Benchmark("text", "bench_text.py", about="in-memory BM25, Zipf vocabulary: pruning by the rarest term on / off"),
     Benchmark("postgres", "bench_postgres.py", about="PostgreSQL backend beside the in-memory one"),
     Benchmark("graphiti", "bench_graphiti.py", data="required", about="tkg and graphiti-core side by side on LoCoMo"),
     Benchmark("durability", "bench_durability.py", about="HTTP writes with the journal vs in memory; journal replay"),

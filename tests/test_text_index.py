@@ -33,20 +33,22 @@ query_st = st.lists(st.sampled_from(QUERY_WORDS), min_size=0, max_size=6).map(" 
 
 
 @contextmanager
-def dense_share(share: float, lookup_cost: float = 8) -> Iterator[None]:
+def dense_share(share: float, lookup_cost: float = 8, prune_cost: float = float("inf")) -> Iterator[None]:
     """Force the dense (0) or the sparse (inf) merge of the postings; in a dense search of several terms,
     ``lookup_cost`` 0 rescores the float32 sums' candidates exactly by lookups, inf gives up on them (every
-    posting is then summed exactly)."""
-    saved = text_module._DENSE_SHARE, text_module._LOOKUP_COST
-    text_module._DENSE_SHARE, text_module._LOOKUP_COST = share, lookup_cost
+    posting is then summed exactly). ``prune_cost`` 0 makes every search of several terms try to find its top k
+    among the documents of its rarest term first (MaxScore), inf never."""
+    saved = text_module._DENSE_SHARE, text_module._LOOKUP_COST, text_module._PRUNE_COST
+    text_module._DENSE_SHARE, text_module._LOOKUP_COST, text_module._PRUNE_COST = share, lookup_cost, prune_cost
     try:
         yield
     finally:
-        text_module._DENSE_SHARE, text_module._LOOKUP_COST = saved
+        text_module._DENSE_SHARE, text_module._LOOKUP_COST, text_module._PRUNE_COST = saved
 
 
-#: (share, lookup cost): the sparse merge; a dense one rescoring its candidates; a dense one giving up on them
-MERGES = [(float("inf"), 8), (0.0, 0), (0.0, float("inf"))]
+#: (share, lookup cost, prune cost): the sparse merge; a dense one rescoring its candidates; a dense one giving up
+#: on them; a pruned search first, then the sparse or the dense merge when it cannot prove its top k
+MERGES = [(float("inf"), 8), (0.0, 0), (0.0, float("inf")), (float("inf"), 8, 0), (0.0, 0, 0)]
 
 
 def definition(texts: dict[int, str], query: str, k: int, mask: npt.NDArray[np.bool_]) -> list[tuple[int, float]]:
@@ -172,7 +174,7 @@ def test_search_equals_the_definition_whatever_the_history(
     queries: list[str],
     mask_seed: int,
     k: int,
-    merge: tuple[float, float],
+    merge: tuple[float, ...],
     sampled: bool,
 ) -> None:
     corpus = Corpus()
@@ -308,7 +310,7 @@ def test_documents_waiting_in_the_tail_add_no_object_for_the_cycle_collector_to_
 
 
 @pytest.mark.parametrize("merge", MERGES)
-def test_dense_and_sparse_merges_agree_on_a_larger_corpus(merge: tuple[float, float]) -> None:
+def test_dense_and_sparse_merges_agree_on_a_larger_corpus(merge: tuple[float, ...]) -> None:
     rng = np.random.default_rng(7)
     vocabulary = [f"w{i}" for i in range(200)]
     # Zipf-like: a few very common words, many rare ones
@@ -326,6 +328,62 @@ def test_dense_and_sparse_merges_agree_on_a_larger_corpus(merge: tuple[float, fl
         query = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 6))))
         with dense_share(*merge):
             assert index.search(query, 10, mask) == definition(corpus.texts, query, 10, mask)
+
+
+def test_a_query_with_rare_terms_is_answered_from_their_documents_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default costs, a query of a rare term and common ones is answered by the pruned search, from the
+    rare term's documents: the merges of every posting are not run (they fail here), yet every answer is the
+    definition's, ties included, under a mask too."""
+    rng = np.random.default_rng(11)
+    vocabulary = [f"w{i}" for i in range(300)]
+    weights = 1.0 / np.arange(1, len(vocabulary) + 1)
+    weights /= weights.sum()
+    corpus = Corpus()
+    index = TextIndex(corpus, min_rebuild=100_000)
+    for slot in range(6000):
+        corpus.texts[slot] = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 12)), p=weights))
+        index.set(slot, corpus.texts[slot])
+    index.rebuild()
+
+    def merged_every_posting(*args: object) -> None:
+        raise AssertionError("the pruned search gave up")
+
+    monkeypatch.setattr(TextIndex, "_search_dense", merged_every_posting)
+    monkeypatch.setattr(text_module, "bm25_sums", merged_every_posting)
+    masks = [np.ones(6000, dtype=np.bool_), np.random.default_rng(3).random(6000) < 0.7]
+    for rare in ("w120", "w200", "w299"):
+        for query in (f"w0 {rare} w1", f"{rare} w1 w0 w1", f"w1 {rare}"):
+            for mask in masks:
+                assert index.search(query, 10, mask) == definition(corpus.texts, query, 10, mask), query
+
+
+@pytest.mark.parametrize(
+    ("texts", "k"),
+    [
+        # slot 0 holds only the common term and scores exactly its bound, the best part of the rare term too
+        ({0: "alpha", 1: "beta", 2: "gamma delta", 3: "omega"}, 1),
+        # the rare term's best part is above the common term's bound, its 2nd best (slot 1) equal to it
+        ({0: "alpha", 1: "beta", 2: "beta beta", 3: "alpha gamma delta omega", 4: "omega"}, 2),
+    ],
+)
+def test_a_pruned_search_leaves_a_document_that_can_tie_at_the_cut_to_the_full_merge(
+    texts: dict[int, str], k: int
+) -> None:
+    """Slot 0, without the rare term, ties the k-th best document holding it (same frequency, length and idf),
+    and ties go to the lower slot: 0 is in the top k. The pruned search cannot prove its top k from the rare
+    term's documents, so the full merge answers."""
+    corpus = Corpus()
+    corpus.texts.update(texts)
+    index = TextIndex(corpus)
+    for slot, text in corpus.texts.items():
+        index.set(slot, text)
+    index.rebuild()
+    mask = np.ones(len(texts), dtype=np.bool_)
+    want = definition(corpus.texts, "beta alpha", k, mask)
+    assert want[-1][0] == 0 and len(want) == k
+    for merge in MERGES:
+        with dense_share(*merge):
+            assert index.search("beta alpha", k, mask) == want
 
 
 @settings(max_examples=200, deadline=None)

@@ -56,6 +56,10 @@ _DENSE_SHARE = 1 / 32
 # A dense search of several terms rescores its candidates exactly by binary search in each term's postings when
 # that costs less than summing every posting in float64: a lookup counts as this many postings.
 _LOOKUP_COST = 8
+# A query of several terms first tries to prove its top k among the documents holding its rarest term (MaxScore,
+# :meth:`TextIndex._search_pruned`) when looking those documents up costs less than summing every posting: a
+# lookup counts as this many postings.
+_PRUNE_COST = 8
 # Pair codes (see _pair_codes) are numbered through a table of this many (frequency, length) keys at most; wider
 # keys are sorted instead.
 _PAIR_TABLE = 1 << 20
@@ -93,9 +97,11 @@ _BEHIND = 4
 _PAUSE_EVERY = 64
 
 
-def _pair_codes(
-    tf: npt.NDArray[Any], dl: npt.NDArray[Any]
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+#: Each main posting's pair code; each code's term frequency and document length (see _pair_codes).
+Pairs = tuple[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[np.float64]]
+
+
+def _pair_codes(tf: npt.NDArray[Any], dl: npt.NDArray[Any]) -> Pairs:
     """Each posting's (term frequency, document length) as a small code into the distinct pairs, and those pairs'
     frequencies and lengths in float64. A query evaluates the BM25 formula once per pair and term, then gathers
     by code: the same float64 operations on the same operands as per posting, so the same values (bench_scale's 7.4
@@ -233,6 +239,9 @@ class TextIndex:
         self._main_current = Column(np.bool_, False)  # slot -> its main document is still its text
         # main posting -> its (term frequency, document length) code; each code's frequency and length
         self._main_pairs = _pair_codes(np.zeros(0), np.zeros(0))
+        # main column (its first posting) -> the pair codes among its postings, found when a pruned search first
+        # needs them
+        self._codes_in: dict[int, npt.NDArray[np.intp]] = {}
         # Document frequencies: plain dicts of strings and integers, which the cycle collector does not track (a
         # Counter it would, and walk each of its terms in every full collection; so too bm25s's own set of term
         # ids, which only its retrieve() reads: not made).
@@ -362,10 +371,14 @@ class TextIndex:
         self._count = count
 
     def _install(self, built: Built) -> None:
-        self._main, self._main_pairs = built.main, built.pairs
+        self._use_main(built.main, built.pairs)
         self._set_main(built.slots, np.ones(len(built.slots), dtype=np.bool_), built.lengths)
         self._main_df = built.df
         self._main_len = int(built.lengths.sum())
+
+    def _use_main(self, main: bm25s.BM25 | None, pairs: Pairs) -> None:
+        self._main, self._main_pairs = main, pairs
+        self._codes_in = {}
 
     def _set_main(
         self, slots: npt.NDArray[np.int64], current: npt.NDArray[np.bool_], lengths: npt.NDArray[np.int64]
@@ -453,7 +466,7 @@ class TextIndex:
                 raise TextMismatch("the bm25 postings are not sorted by document")
             main = _as_bm25s(data, indices, indptr, vocab, num_docs)
             pairs = _pair_codes(data, lengths[indices])
-        self._main, self._main_pairs = main, pairs
+        self._use_main(main, pairs)
         self._set_main(slots, current, lengths)
         self._main_df = dict(zip(df_terms, df_counts.tolist(), strict=True))
         self._main_len = main_len
@@ -512,6 +525,9 @@ class TextIndex:
         if not total:
             return []
         indices = index["indices"]
+        found = self._search_pruned(indices, terms, k, mask)
+        if found is not None:
+            return found
         n = len(self._main_slots)
         current = self._main_current.view()
         # Main positions are slots when no slot is missing (slots are sorted and distinct); then a query whose
@@ -562,11 +578,55 @@ class TextIndex:
             return None
         return top_k(positions, self._exact(indices, terms, positions).astype(np.float32), k)
 
+    def _search_pruned(
+        self,
+        indices: npt.NDArray[np.int32],
+        terms: list[tuple[int, int, npt.NDArray[np.float64]]],
+        k: int,
+        mask: Mask,
+    ) -> list[tuple[int, float]] | None:
+        """The top ``k`` found among the documents holding the query's rarest term alone (MaxScore), or None.
+
+        A document without the rarest term scores at most the sum of the other terms' bounds (the most each adds
+        to a document: its part for the best (frequency, length) pair among its postings). A document with it
+        scores at least its part for it (a float64 sum of positive parts is at least each of them). So when the
+        k-th best part among the admitted documents holding the rarest term ranks above the others' bounds (as
+        ranked, float32: rounding keeps the order), no other document can enter the top k or tie at its cut: the
+        answer is theirs, by their exact sums (:meth:`_exact`), as the exhaustive merge gives it. None when the
+        rarest term is not rare enough for its lookups to cost less than the merge, or its parts do not decide."""
+        if len(terms) < 2:
+            return None
+        rarest = min(range(len(terms)), key=lambda t: terms[t][1] - terms[t][0])
+        a, b, value = terms[rarest]
+        if (b - a) * len(terms) * _PRUNE_COST > sum(end - start for start, end, _ in terms):
+            return None
+        # the others' bounds are the same float64 values as their parts; their sum, up to its roundings: the slack
+        rest = np.float32(sum(self._bound(*terms[t]) for t in range(len(terms)) if t != rarest) * (1 + 1e-9))
+        if not rest < np.float32(self._bound(a, b, value)):
+            return None  # no part of the rarest term reaches the others' bounds
+        positions = indices[a:b]
+        slots = self._main_slots[positions]
+        keep = self._main_current.view()[slots] & mask[slots]
+        if int(np.count_nonzero(keep)) < k:
+            return None
+        parts = np.take(value, self._main_pairs[0][a:b][keep]).astype(np.float32)
+        if not rest < np.partition(parts, len(parts) - k)[len(parts) - k]:
+            return None
+        positions, slots = positions[keep], slots[keep]
+        return top_k(slots, self._exact(indices, terms, positions).astype(np.float32), k)
+
+    def _bound(self, a: int, b: int, value: npt.NDArray[np.float64]) -> float:
+        """The most the term whose postings are ``a:b`` (worth ``value`` by pair code) adds to a document."""
+        present = self._codes_in.get(a)
+        if present is None:
+            present = self._codes_in[a] = np.flatnonzero(np.bincount(self._main_pairs[0][a:b]))
+        return float(value[present].max())
+
     def _exact(
         self,
         indices: npt.NDArray[np.int32],
         terms: list[tuple[int, int, npt.NDArray[np.float64]]],
-        documents: npt.NDArray[np.int64],
+        documents: npt.NDArray[np.integer[Any]],
     ) -> npt.NDArray[np.float64]:
         """The BM25 sums of the main positions ``documents``: each term found by binary search in its postings
         (sorted by position), the values added in query order; adding 0 where a term is absent changes no sum, so
