@@ -593,14 +593,16 @@ class TextIndex:
         k-th best part among the admitted documents holding the rarest term ranks above the others' bounds (as
         ranked, float32: rounding keeps the order), no other document can enter the top k or tie at its cut: the
         answer is theirs, by their exact sums (:meth:`_exact`), as the exhaustive merge gives it. None when the
-        rarest term is not rare enough for its lookups to cost less than the merge, or its parts do not decide."""
+        rarest term is not rare enough for its lookups to cost less than the merge, fewer than ``k`` admitted
+        documents hold it, or its parts do not decide."""
         if len(terms) < 2:
             return None
         rarest = min(range(len(terms)), key=lambda t: terms[t][1] - terms[t][0])
         a, b, value = terms[rarest]
         if (b - a) * len(terms) * _PRUNE_COST > sum(end - start for start, end, _ in terms):
             return None
-        # the others' bounds are the same float64 values as their parts; their sum, up to its roundings: the slack
+        # The others' bounds are the same float64 values as their parts, added in the same order from 0: a document
+        # without the rarest term sums to at most this (rounding never reverses an order); the slack is a margin.
         rest = np.float32(sum(self._bound(*terms[t]) for t in range(len(terms)) if t != rarest) * (1 + 1e-9))
         if not rest < np.float32(self._bound(a, b, value)):
             return None  # no part of the rarest term reaches the others' bounds
@@ -617,9 +619,10 @@ class TextIndex:
 
     def _bound(self, a: int, b: int, value: npt.NDArray[np.float64]) -> float:
         """The most the term whose postings are ``a:b`` (worth ``value`` by pair code) adds to a document."""
-        present = self._codes_in.get(a)
+        memo, codes = self._codes_in, self._main_pairs[0]  # one main index: swaps and searches hold the store lock
+        present = memo.get(a)
         if present is None:
-            present = self._codes_in[a] = np.flatnonzero(np.bincount(self._main_pairs[0][a:b]))
+            present = memo[a] = np.flatnonzero(np.bincount(codes[a:b]))
         return float(value[present].max())
 
     def _exact(
