@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The in-memory BM25 index on a corpus with a natural vocabulary: what pruning by the rarest query terms saves.
+"""The in-memory BM25 index on a corpus with a natural vocabulary: what pruning by the rarest query term saves.
 
 bench_core's graph (and so bench_scale's) is made of names from small pools: at 1M facts its whole vocabulary is
 ~380 terms, the rarest in ~3,000 documents. A user's memory has a long tail of rare words (names, places,
