@@ -309,20 +309,26 @@ def test_documents_waiting_in_the_tail_add_no_object_for_the_cycle_collector_to_
     assert len(gc.get_objects()) - before <= 60
 
 
-@pytest.mark.parametrize("merge", MERGES)
-def test_dense_and_sparse_merges_agree_on_a_larger_corpus(merge: tuple[float, ...]) -> None:
-    rng = np.random.default_rng(7)
-    vocabulary = [f"w{i}" for i in range(200)]
-    # Zipf-like: a few very common words, many rare ones
+def zipf_corpus(rng: np.random.Generator, words: int, documents: int, main: int) -> tuple[list[str], Corpus, TextIndex]:
+    """``documents`` of 1-11 words from a Zipf-like vocabulary of ``words`` (a few very common words, many rare
+    ones); the first ``main`` of them in the index's main part (built once), the others in its tail."""
+    vocabulary = [f"w{i}" for i in range(words)]
     weights = 1.0 / np.arange(1, len(vocabulary) + 1)
     weights /= weights.sum()
     corpus = Corpus()
-    index = TextIndex(corpus, min_rebuild=10_000)
-    for slot in range(3000):
+    index = TextIndex(corpus, min_rebuild=100_000)
+    for slot in range(documents):
         corpus.texts[slot] = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 12)), p=weights))
         index.set(slot, corpus.texts[slot])
-        if slot == 2000:
-            index.rebuild()  # 2,001 main documents, 999 in the tail
+        if slot == main - 1:
+            index.rebuild()
+    return vocabulary, corpus, index
+
+
+@pytest.mark.parametrize("merge", MERGES)
+def test_dense_and_sparse_merges_agree_on_a_larger_corpus(merge: tuple[float, ...]) -> None:
+    rng = np.random.default_rng(7)
+    vocabulary, corpus, index = zipf_corpus(rng, 200, 3000, main=2001)  # 999 documents in the tail
     mask = np.ones(3000, dtype=np.bool_)
     for _ in range(30):
         query = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 6))))
@@ -334,16 +340,7 @@ def test_a_query_with_rare_terms_is_answered_from_their_documents_alone(monkeypa
     """With the default costs, a query of a rare term and common ones is answered by the pruned search, from the
     rare term's documents: the merges of every posting are not run (they fail here), yet every answer is the
     definition's, ties included, under a mask too."""
-    rng = np.random.default_rng(11)
-    vocabulary = [f"w{i}" for i in range(300)]
-    weights = 1.0 / np.arange(1, len(vocabulary) + 1)
-    weights /= weights.sum()
-    corpus = Corpus()
-    index = TextIndex(corpus, min_rebuild=100_000)
-    for slot in range(6000):
-        corpus.texts[slot] = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 12)), p=weights))
-        index.set(slot, corpus.texts[slot])
-    index.rebuild()
+    _, corpus, index = zipf_corpus(np.random.default_rng(11), 300, 6000, main=6000)
 
     def merged_every_posting(*args: object) -> None:
         raise AssertionError("the pruned search gave up")
