@@ -29,6 +29,7 @@ import inspect
 import json
 import random
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -36,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
 import render
-from measure import POSTGRES_SETTINGS, server_settings
+from measure import POSTGRES_SETTINGS, percentile, server_settings
 
 import tkg
 from tkg.backends.memory import InMemoryStore
@@ -97,6 +99,56 @@ def run_backend(
     }
 
 
+def repack_under_writes(store: PostgresStore, dsn: str, texts: Sequence[str]) -> dict[str, Any]:
+    """The facts' packed postings rebuilt twice while add_episode runs in this thread: as a write used to (after
+    its commit, one transaction holding the packs' lock exclusively, so every writer waits: ``terms.repack``, which a
+    bulk load still runs) and as the store's worker does now (``terms.repack_steps``, beside the writers). Each:
+    the repack's seconds and the engine ms of the episodes added meanwhile."""
+    from tkg.backends.postgres import terms
+    from tkg.backends.postgres.schema import render
+    from tkg.models import Kind
+
+    store.wait_for_maintenance()  # the store's own worker idle: these repacks are the only ones
+    embedder = core.TimedEmbedder(tkg.HashEmbedder(dim=core.DIM))
+    handler = core.TimedHandler(core.extraction_handler)
+    clock = tkg.FixedClock(core.CLOCK_START + timedelta(days=400), tick=timedelta(seconds=1))
+    memory = tkg.Memory(store, embedder=embedder, llm=tkg.ScriptedLLM(handler=handler), clock=clock)
+    bench = core.Bench(memory, embedder, handler)
+
+    def q(text: str) -> Any:
+        return render(text, store.schema)
+
+    out: dict[str, Any] = {}
+    for mode in ("exclusive", "beside"):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            took: list[float] = []
+
+            def repack(mode: str = mode, conn: psycopg.Connection[Any] = conn, took: list[float] = took) -> None:
+                t = time.perf_counter()
+                if mode == "exclusive":
+                    with conn.transaction(), conn.cursor() as cur:
+                        terms.repack(cur, q, Kind.FACT, store.schema)
+                else:
+                    steps = list(terms.repack_steps(conn, q, Kind.FACT, store.schema))
+                    assert steps[-1:] == ["swapped"], steps
+                took.append(time.perf_counter() - t)
+
+            worker = threading.Thread(target=repack)
+            engine: list[float] = []
+            worker.start()
+            while worker.is_alive():
+                added = core.run_add_episodes(bench, [texts[len(engine) % len(texts)]])
+                engine.append(added["engine_ms"]["max"])
+            worker.join()
+        out[mode] = {
+            "repack_s": took[0] if took else None,
+            "episodes": len(engine),
+            "engine_ms_p50": percentile(engine, 50) if engine else None,
+            "engine_ms_max": max(engine) if engine else None,
+        }
+    return out
+
+
 def server_pss_mb(backend_pid: int) -> float | None:
     """Proportional resident memory of the PostgreSQL server that runs ``backend_pid`` (its postmaster and every
     child: shared buffers counted once), or None when the server is not a process of this machine we can read."""
@@ -145,6 +197,7 @@ def measure(
         schema = f"bench_{n_facts}_{int(time.time())}"
         with PostgresStore(dsn, dim=core.DIM, schema=schema, build_memory_mb=build_memory_mb) as store:
             out = run_backend(backend, store, records, texts, query_texts, warmup)
+            out["repack"] = repack_under_writes(store, dsn, texts)
             with store._connection().cursor() as cur:
                 cur.execute(
                     "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
@@ -180,6 +233,11 @@ def bench_size(n_facts: int, args: argparse.Namespace, dsn: str) -> dict[str, An
     return result
 
 
+def repack_value(run: dict[str, Any], mode: str, key: str) -> Any:
+    """One number of a run's repack_under_writes (None for the in-memory backend, which has no packs)."""
+    return (run.get("repack") or {}).get(mode, {}).get(key)
+
+
 def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     """The suite's ``tables`` / ``plots`` / ``targets`` (benchmarks/README.md) from the per-size results.
 
@@ -204,6 +262,11 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
         ["database MB (server, tables + indexes)", *(b["database_mb"] for _, _, b in runs)],
         ["database KB per fact", *(kb_per_fact(b["database_mb"], n) for n, _, b in runs)],
         ["server resident MB (PSS, at end)", *(b.get("server_pss_mb") for _, _, b in runs)],
+        *(
+            [f"facts repack {label}: {what}", *(repack_value(b, mode, key) for _, _, b in runs)]
+            for mode, label in (("exclusive", "as writes ran it"), ("beside", "on the worker"))
+            for what, key in (("s", "repack_s"), ("episodes meanwhile", "episodes"), ("their max ms", "engine_ms_max"))
+        ),
     ]
     table = {
         "title": f"PostgreSQL beside in-memory: {args.episodes} episodes, {args.queries} queries per size",
@@ -224,6 +287,10 @@ def contract(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "Server: "
             + ("your --dsn" if args.dsn else f"EmbeddedPostgres, settings {args.settings} (others PostgreSQL's)")
             + f"; index builds in load with {args.build_memory_mb:,} MB (PostgresStore(build_memory_mb=...))",
+            "facts repack: the facts' BM25 packs rebuilt while add_episode runs, as a write used to run it after its "
+            "commit (one transaction holding the packs' lock exclusively: every writer waits) and as the store's "
+            "worker runs it now (terms.repack_steps: writers wait only for its cut); each once, in this order, after "
+            "the rest; their max ms = the slowest add_episode engine time during the repack.",
         ],
     }
     sizes = [r["facts"] for r in results]

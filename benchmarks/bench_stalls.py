@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Write stalls: the slowest add_episode calls of a long run on a big in-memory store, with index maintenance on
-the writer's path and off it, side by side.
+"""Write stalls: the slowest add_episode calls of a long run on a big store, with index maintenance on the
+writer's path and off it, side by side; and the same run on PostgreSQL.
 
 The base graph of ``bench_core.py`` (same records, same seed) at N facts is bulk-loaded into an ``InMemoryStore``,
 then ``--episodes`` episodes go through ``Memory.add_episode`` (scripted LLM, hash embedder). Fresh vectors wait
@@ -10,15 +10,19 @@ in its own process: ``inline`` (``InMemoryStore(background=False)``: every fold 
 ``background`` (the default: a worker thread folds, the writer never waits for more than one small HNSW insert),
 then ``background-frozen``: the default store in a process that calls ``gc.freeze()`` once the base graph is
 loaded (a host's choice: the collector stops scanning the objects alive then; benchmarks/README.md says what it
-did).
+did). Then ``postgres``: a ``PostgresStore`` on an ``EmbeddedPostgres`` (temporary directory), whose slow calls
+were the repacks of its BM25 postings (run by the write that noticed them, while every writer waited: ~0.4 s a
+kind at 100,000 facts) before they moved to a worker beside the writers (the run counts the repacks it saw).
 Calls during which Python ran a full garbage collection (it stops every thread for a time that grows with the
 objects alive) are also counted apart.
 Engine time = wall time of add_episode minus the time inside the LLM double and the embedder.
 
     python benchmarks/bench_stalls.py                 # 100,000 facts, 10,000 episodes (~5 min)
     python benchmarks/bench_stalls.py --quick         # 10,000 facts, 1,000 episodes
+    python benchmarks/bench_stalls.py --modes postgres # PostgreSQL alone (~7 min)
 
-Target (issue 16): no add_episode over 50 ms at 100,000 facts in a 10,000-episode run (max and p99.9 reported).
+Target (issue 16): no add_episode over 50 ms at 100,000 facts in a 10,000-episode run (max and p99.9 reported), in
+memory. PostgreSQL has no target here: its add_episode p95 at 100,000 facts is ~45 ms (bench_postgres.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import gc
 import random
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,24 +43,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_core as core
 import render
-from measure import percentile
+from measure import POSTGRES_SETTINGS, percentile
 
 import tkg
 from tkg.backends.memory import InMemoryStore
+from tkg.storage import Store
 
 ROOT = Path(__file__).resolve().parent
 LIMIT_MS = 50.0
-MODES = ("inline", "background", "background-frozen")
+MODES = ("inline", "background", "background-frozen", "postgres")
 
 
 def measure(mode: str, n_facts: int, episodes: int) -> dict[str, Any]:
     """One mode, in the calling process: build, load, then time every add_episode."""
+    if mode != "postgres":
+        return _measure(mode, InMemoryStore(dim=core.DIM, background=mode.startswith("background")), n_facts, episodes)
+    from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
+
+    with (
+        EmbeddedPostgres(settings=POSTGRES_SETTINGS) as server,
+        PostgresStore(server.dsn, dim=core.DIM, schema="stalls") as store,
+    ):
+        return _measure(mode, store, n_facts, episodes, lambda: _repacks(server.dsn))
+
+
+def _repacks(dsn: str) -> int:
+    """The repacks of the PostgreSQL store's postings so far (each moves a kind's packs to a new generation)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT coalesce(sum(gen), 0) FROM stalls.packed").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _measure(
+    mode: str, store: Store, n_facts: int, episodes: int, repacks: Callable[[], int] | None = None
+) -> dict[str, Any]:
     rng = random.Random(core.SEED)
     np.random.seed(core.SEED)
     records, vocab, _ = core.build_records(n_facts, rng, tkg.HashEmbedder(dim=core.DIM))
     texts = core.episode_texts(rng, vocab, episodes)
     del vocab  # the harness's word lists: ~90,000 references for every full collection to follow, none tkg's
-    store = InMemoryStore(dim=core.DIM, background=mode.startswith("background"))
     store.load(records)
     records.clear()
     gc.collect()
@@ -83,6 +111,7 @@ def measure(mode: str, n_facts: int, episodes: int) -> dict[str, Any]:
         config=tkg.MemoryConfig(communities=None),
     )
     gc.collect()
+    repacks_before = repacks() if repacks is not None else 0
     engine: list[float] = []
     spans: list[tuple[float, float]] = []
     for text in texts:
@@ -120,7 +149,8 @@ def measure(mode: str, n_facts: int, episodes: int) -> dict[str, Any]:
         "slowest_ms": sorted(engine, reverse=True)[:5],
         "drain_s": time.perf_counter() - t,
         "drained": idle,
-        "text_index": store.stats()["text_index"],
+        "text_index": store.stats().get("text_index"),
+        "repacks": repacks() - repacks_before if repacks is not None else "-",
     }
 
 
@@ -138,6 +168,7 @@ def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ("engine max ms, calls without a full collection", "max_without_gc_ms"),
         (f"episodes over {LIMIT_MS:.0f} ms without a full collection", "over_limit_without_gc"),
         ("worker still busy after the run, s", "drain_s"),
+        ("repacks of the postings during the run (PostgreSQL)", "repacks"),
     ]
     n, e = (rows[0]["facts"], rows[0]["episodes"]) if rows else (0, 0)
     table = {
@@ -154,6 +185,8 @@ def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "objects alive: the store's records are rows the collector skips and tkg's string memos are dicts it does "
             "not track (tkg.memo), so at 100k facts these are mostly the interpreter's own and its imports'; "
             "gc.freeze() takes those out of its way",
+            "postgres: PostgresStore (EmbeddedPostgres, shared_buffers 4GB), BM25 postings repacked by a worker beside "
+            "the writers; repacks = the kinds' pack generations made during the run",
         ],
     }
     targets = [
@@ -169,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=100_000, help="graph size in facts")
     parser.add_argument("--episodes", type=int, default=10_000, help="add_episode calls measured")
     parser.add_argument("--quick", action="store_true", help="10,000 facts, 1,000 episodes")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)}")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "stalls.json", help="where the JSON goes")
     args = parser.parse_args(argv)
     if args.quick:
@@ -177,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     info = core.machine()
     rows = []
-    for mode in MODES:  # one after the other: each has both cores (the worker uses the second)
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes takes some of: {', '.join(MODES)}")
+    for mode in modes:  # one after the other: each has both cores (the worker uses the second)
         print(f"-- {mode}: {args.facts:,} facts, {args.episodes:,} episodes", flush=True)
         row = core.in_fresh_process(measure, mode, args.facts, args.episodes)
         print(

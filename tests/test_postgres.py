@@ -20,6 +20,7 @@ import pytest
 from conftest import T0, new_postgres_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.conninfo import make_conninfo
 
 from tkg import FactInput, FixedClock, HashEmbedder, Memory
 from tkg.backends.memory import InMemoryStore
@@ -385,6 +386,59 @@ def test_a_version_4_schema_gets_its_verdicts_indexed_on_upgrade(
         assert upgraded.facts_judging(["gone"], ["e0", "e3"])  # a named fact need not exist
 
 
+def test_a_version_8_schema_keeps_its_packs_and_stale_records_on_upgrade(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 9 gave the packs generations and the stale records marks: a version 8 schema (packed, with records
+    rewritten and deleted since) opens with its packs in use, searches as the reference store, and repacks."""
+    from tkg.backends.postgres import terms
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(terms, "REPACK_MIN", 1)  # the first write packs
+    monkeypatch.setattr(terms, "STALE_MIN", 10**6)  # the rewrites stay stale
+
+    schema = new_postgres_schema()
+    oracle = ReferenceStore(dim=DIM)
+    entities = [
+        Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary=" ".join(["coffee"] * (1 + i % 3)))
+        for i in range(8)
+    ]
+    batches = [
+        WriteBatch(puts=entities),
+        WriteBatch(puts=[dataclasses.replace(entities[1], summary="espresso coffee")], deletes=[("entity", "e4")]),
+    ]
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        for batch in batches:
+            store.write(batch)
+            oracle.write(batch)
+            assert store.wait_for_maintenance(30)
+    assert pack_state(server, schema)[1] == 2  # e1 and e4 stale
+    with admin(server) as conn:  # back to schema 8's tables, as tkg with schema 8 left them
+        for table in ("episodes", "entities", "facts", "communities"):
+            conn.execute(
+                f'ALTER TABLE "{schema}".{table}_packs DROP CONSTRAINT {table}_packs_pkey, DROP COLUMN gen, '
+                "ADD PRIMARY KEY (term)"
+            )
+            conn.execute(f'ALTER TABLE "{schema}".{table}_stale DROP COLUMN mark')
+        conn.execute(f'ALTER TABLE "{schema}".packed DROP COLUMN gen, DROP COLUMN pending')
+        conn.execute(f"UPDATE \"{schema}\".meta SET value = '8' WHERE key = 'schema_version'")
+    scope = make_scope(T0 + timedelta(days=1), ["g"])
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+        assert pack_state(server, schema)[:2] != (0, 0)  # still packed, still stale
+        for query in ("coffee", "espresso", "coffee espresso"):
+            ours = [(h.id, h.score) for h in upgraded.text_search(Kind.ENTITY, query, 20, scope)]
+            assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, 20, scope)], query
+        rewrite = WriteBatch(puts=[dataclasses.replace(entities[2], summary="espresso")])
+        upgraded.write(rewrite)
+        oracle.write(rewrite)
+        monkeypatch.setattr(terms, "STALE_MIN", 1)
+        upgraded.flush()
+        assert pack_state(server, schema)[1] == 0  # repacked
+        for query in ("coffee", "espresso"):
+            ours = [(h.id, h.score) for h in upgraded.text_search(Kind.ENTITY, query, 20, scope)]
+            assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, 20, scope)], query
+
+
 def test_a_version_5_schema_gets_its_fact_sketches_on_upgrade(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -547,6 +601,8 @@ def test_bm25_over_packed_postings_ranks_as_the_reference_through_rewrites_delet
             batch = WriteBatch(puts=puts, deletes=deletes)
             for target in (store, oracle):
                 target.write(batch)
+            if data.draw(st.booleans(), label="flush"):
+                store.flush()  # else the searches race the repack the write may have asked for
             for p in puts:
                 stored[p.id] = p
             for _, rid in deletes:
@@ -585,6 +641,7 @@ def test_bm25_searches_packs_stale_records_and_new_postings_at_once(server: Embe
         for batch in batches:
             store.write(batch)
             oracle.write(batch)
+            store.flush()
         upto, stale, since = pack_state(server, schema)
         assert upto > 0 and stale == 2 and since == 3  # e2 and e5 stale; n1's postings since (name, summary)
         scope = make_scope(T0 + timedelta(days=1), ["g"])
@@ -594,14 +651,12 @@ def test_bm25_searches_packs_stale_records_and_new_postings_at_once(server: Embe
         assert "e5" not in [h.id for h in store.text_search(Kind.ENTITY, "coffee", 20, scope)]
 
 
-def test_a_repack_waits_for_a_write_in_flight_and_loses_none_of_its_postings(
+def test_a_repack_cut_waits_for_a_write_in_flight_and_loses_none_of_its_postings(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write holds the packs' lock shared from its first statement: a repack started while the write is in
-    flight (its record already has its seq, lower than that of a record another store wrote and committed since)
-    waits for it, so the write's postings are packed or above the new upto, never lost between the two."""
-    import threading
-
+    """A write holds the packs' lock shared from its first statement: the cut of a repack started while the write is
+    in flight (its record already has its seq, lower than that of a record another store wrote and committed
+    since) waits for it, so the write's postings are packed or above the new upto, never lost between the two."""
     from tkg.backends.postgres import terms
     from tkg.backends.postgres import writes as pg_writes
 
@@ -619,19 +674,17 @@ def test_a_repack_waits_for_a_write_in_flight_and_loses_none_of_its_postings(
     with (
         PostgresStore(server.dsn, dim=DIM, schema=schema) as first,
         PostgresStore(server.dsn, dim=DIM, schema=schema) as second,
+        admin(server) as packer,
     ):
         slow_one = Entity(id="slow", group_id="g", name="Slow", created_at=T0, summary="violin")
         writer = threading.Thread(target=first.write, args=(WriteBatch(puts=[slow_one]),))
         writer.start()
         assert inside.wait(30)
         second.write(WriteBatch(puts=[Entity(id="fast", group_id="g", name="Fast", created_at=T0, summary="violin")]))
-
-        def repack(cur: Any) -> None:
-            terms.repack(cur, second._q, Kind.ENTITY, second._packs_lock)
-
-        packer = threading.Thread(target=second._transaction, args=(repack,))
-        packer.start()
-        with admin(server) as conn:  # the repack waits on the advisory lock the write holds
+        steps = terms.repack_steps(packer, second._q, Kind.ENTITY, schema)
+        cutter = threading.Thread(target=next, args=(steps,))  # runs the cut
+        cutter.start()
+        with admin(server) as conn:  # the cut waits on the advisory lock the write holds
             for _ in range(3000):
                 waiting = conn.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
@@ -642,39 +695,152 @@ def test_a_repack_waits_for_a_write_in_flight_and_loses_none_of_its_postings(
             assert waiting and waiting[0] == 1
         release.set()
         writer.join(30)
-        packer.join(30)
+        cutter.join(30)
+        assert list(steps) == ["snapshot", "built", "swapped"]
         assert pack_state(server, schema)[0] > 0
         scope = make_scope(T0 + timedelta(days=1), ["g"])
         assert sorted(h.id for h in second.text_search(Kind.ENTITY, "violin", 10, scope)) == ["fast", "slow"]
 
 
-def test_a_repack_that_fails_leaves_the_committed_write_and_is_tried_again(
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_writes_between_the_steps_of_a_repack_rank_as_the_reference_and_never_wait(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, data: st.DataObject
+) -> None:
+    """A repack runs beside the writers: new, rewritten and deleted records written between any of its steps (after
+    the cut, inside the build's snapshot before and after it packs, after the swap) are neither lost nor counted
+    twice -- every search after every write gives the reference's ids and scores -- and no write waits for the
+    repack (a write that did would hang this single thread: the statement timeout fails it instead)."""
+    from tkg.backends.postgres import terms
+    from tkg.backends.reference import ReferenceStore
+
+    words = ["coffee", "morning", "office", "espresso", "lisbon", "violin"]
+    oracle = ReferenceStore(dim=DIM)
+    schema = new_postgres_schema()
+    stored: set[str] = set()
+    scope = make_scope(T0 + timedelta(days=1), None)
+
+    def entity(rid: str) -> Entity:
+        summary = " ".join(data.draw(st.lists(st.sampled_from(words), max_size=5)))
+        return Entity(id=rid, group_id="g", name=rid, created_at=T0, summary=summary)
+
+    def change(store: PostgresStore) -> None:
+        rid = f"e{data.draw(st.integers(0, 4))}"
+        batch = (
+            WriteBatch(deletes=[("entity", rid)])
+            if rid in stored and data.draw(st.booleans())
+            else WriteBatch(puts=[entity(rid)])
+        )
+        for target in (store, oracle):
+            target.write(batch)
+        (stored.discard if batch.deletes else stored.add)(rid)
+        for query in ("coffee espresso", "morning lisbon violin", "office"):
+            ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, 20, scope)]
+            assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, 20, scope)], query
+
+    monkeypatch.setattr(terms, "REPACK_MIN", 10**9)  # the store's own checks never repack: the test's repacks do
+    monkeypatch.setattr(terms, "STALE_MIN", 10**9)
+    timeout = make_conninfo(server.dsn, options="-c statement_timeout=20s")  # a write that waited fails, not hangs
+    with PostgresStore(timeout, dim=DIM, schema=schema) as store, admin(server) as packer:
+        for _ in range(data.draw(st.integers(1, 4), label="first writes")):
+            change(store)
+        for _ in range(data.draw(st.integers(1, 3), label="repacks")):
+            steps = []
+            for step in terms.repack_steps(packer, store._q, Kind.ENTITY, schema):
+                steps.append(step)
+                for _ in range(data.draw(st.integers(0, 3), label=f"writes after {step}")):
+                    change(store)
+            assert steps == ["cut", "snapshot", "built", "swapped"]
+
+
+def test_a_write_returns_while_its_repack_runs_and_a_failed_repack_is_logged_and_tried_again(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The repack a write triggers runs after the write committed: when it fails, the write still returns (its
-    record stored and found), the failure is logged, and a later write repacks."""
+    """The repack a write asks for runs on the store's worker, after the write committed: the write returns while
+    it packs (here held inside its build) and other writes go on; a repack that fails leaves the committed writes,
+    is logged, and a later check repacks."""
     from tkg.backends.postgres import terms
 
     monkeypatch.setattr(terms, "CHECK_EVERY", 1)
     monkeypatch.setattr(terms, "REPACK_MIN", 1)
-    real = terms.repack
+    real = terms.repack_steps
+    inside, release = threading.Event(), threading.Event()
 
-    def broken(*args: Any) -> None:
+    def held(*args: Any) -> Any:
+        for step in real(*args):
+            if step == "built":
+                inside.set()
+                assert release.wait(30)
+            yield step
+
+    def broken(*args: Any) -> Any:
         raise psycopg.OperationalError("the server went away")
+        yield  # a generator, as the real one
 
     schema = new_postgres_schema()
     scope = make_scope(T0 + timedelta(days=1), ["g"])
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
-        monkeypatch.setattr(terms, "repack", broken)
+        monkeypatch.setattr(terms, "repack_steps", held)
         store.write(WriteBatch(puts=[Entity(id="a", group_id="g", name="A", created_at=T0, summary="violin")]))
-        assert "repacking the entity postings failed (the write was committed)" in caplog.text
-        assert pack_state(server, schema)[0] == 0
-        assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a"]
-        monkeypatch.setattr(terms, "repack", real)
+        assert inside.wait(30)  # the write has returned; its repack is under way
         store.write(WriteBatch(puts=[Entity(id="b", group_id="g", name="B", created_at=T0, summary="violin")]))
-        upto, stale, since = pack_state(server, schema)
-        assert upto > 0 and stale == 0 and since == 0  # both records packed
         assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b"]
+        release.set()
+        store.wait_for_maintenance()
+        assert pack_state(server, schema)[0] > 0
+        monkeypatch.setattr(terms, "repack_steps", broken)
+        store.write(WriteBatch(puts=[Entity(id="c", group_id="g", name="C", created_at=T0, summary="violin")]))
+        store.wait_for_maintenance()
+        assert "repacking the entity postings failed (the write was committed)" in caplog.text
+        assert pack_state(server, schema)[2] > 0  # c's postings not packed
+        assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b", "c"]
+        monkeypatch.setattr(terms, "repack_steps", real)
+        store.flush()
+        upto, stale, since = pack_state(server, schema)
+        assert upto > 0 and stale == 0 and since == 0  # all three packed
+        assert [h.id for h in store.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b", "c"]
+
+
+def test_closing_a_store_cancels_its_repack_under_way_and_the_packs_in_use_stay_whole(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() does not wait for a long repack: the statement under way is cancelled, the half-built generation is
+    never used, and the next store's repack drops it and packs."""
+    import time
+
+    from tkg.backends.postgres import terms
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", 1)
+    real = terms._pack
+    started = threading.Event()
+
+    def slow(cur: Any, q: Any, kind: Kind, gen: int, upto: int | None) -> None:
+        real(cur, q, kind, gen, upto)
+        if gen > 1:  # the store's second repack: the first (gen 1) packs "a"
+            started.set()
+            cur.execute("SELECT pg_sleep(60)")
+
+    schema = new_postgres_schema()
+    scope = make_scope(T0 + timedelta(days=1), ["g"])
+    store = PostgresStore(server.dsn, dim=DIM, schema=schema)
+    store.write(WriteBatch(puts=[Entity(id="a", group_id="g", name="A", created_at=T0, summary="violin")]))
+    assert store.wait_for_maintenance(30)
+    monkeypatch.setattr(terms, "_pack", slow)
+    store.write(WriteBatch(puts=[Entity(id="b", group_id="g", name="B", created_at=T0, summary="violin viola")]))
+    assert started.wait(30)
+    began = time.perf_counter()
+    store.close()
+    assert time.perf_counter() - began < 10
+    monkeypatch.setattr(terms, "_pack", real)
+    with admin(server) as conn:
+        gens = conn.execute(f"SELECT gen FROM \"{schema}\".packed WHERE kind = 'entity'").fetchall()
+        assert gens == [(1,)]  # the cancelled repack swapped nothing
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as again:
+        assert [h.id for h in again.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b"]
+        again.flush()
+        assert pack_state(server, schema)[2] == 0  # b packed too
+        assert [h.id for h in again.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b"]
 
 
 def test_enough_stale_records_alone_trigger_a_repack(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -690,11 +856,13 @@ def test_enough_stale_records_alone_trigger_a_repack(server: EmbeddedPostgres, m
     entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(6)]
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
         store.write(WriteBatch(puts=entities))
+        store.wait_for_maintenance()
         upto = pack_state(server, schema)[0]
         assert upto > 0
         monkeypatch.setattr(terms, "REPACK_MIN", 10**6)  # from here only stale records can call for a repack
         for i, expected in ((0, 1), (1, 2), (2, 0)):
             store.write(WriteBatch(puts=[dataclasses.replace(entities[i], summary="tea")]))
+            store.wait_for_maintenance()
             assert pack_state(server, schema) == (upto, expected, 0), i
 
 
@@ -727,10 +895,13 @@ def test_a_store_checks_the_packs_at_its_first_write(server: EmbeddedPostgres, m
     entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(13)]
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as first:
         first.write(WriteBatch(puts=entities[:6]))  # checked: 6 behind, under 10
+        first.wait_for_maintenance()
         first.write(WriteBatch(puts=entities[6:12]))  # not checked again before 10**6 postings
+        first.wait_for_maintenance()
         assert pack_state(server, schema)[0] == 0
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as second:
         second.write(WriteBatch(puts=entities[12:]))
+        second.wait_for_maintenance()
         assert pack_state(server, schema)[0] > 0
 
 

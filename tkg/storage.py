@@ -340,6 +340,11 @@ class Store(abc.ABC):
         """Fold pending index work into the bulk indexes now (a long-running memory does it on its own)."""
         return None
 
+    def wait_for_maintenance(self, timeout: float | None = None) -> bool:
+        """Wait until the index work this store runs in the background is done (tests and benchmarks); False if
+        ``timeout`` seconds passed first. The default: a store that runs none."""
+        return True
+
     def stats(self) -> dict[str, Any]:
         """Counts and backend details, for humans and benchmarks."""
         return {"records": {kind.value: self.count(kind) for kind in Kind}, "groups": len(self.groups())}

@@ -22,7 +22,7 @@ from tkg.vector_sketches import BITS
 from .connection import connect, describe
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -325,6 +325,26 @@ def _migrate_to_8(conn: psycopg.Connection[Any], schema: str, settings: dict[str
         conn.execute(render(_V8_TABLE.replace("{table}", TABLES[kind].name), schema))
 
 
+# Version 9: a repack no longer makes the writers wait while it packs (.terms, repack_steps). The packs of a kind
+# carry a generation (the one readers take is packed.gen), so a repack writes the next one beside the current; the
+# kind's packed.pending is the upto of a repack under way (writes mark a rewritten record stale up to it too); a
+# stale record's mark is the transaction that marked it, so the repack clears only the marks its snapshot saw.
+_V9 = """
+ALTER TABLE {s}.packed ADD COLUMN gen bigint NOT NULL DEFAULT 0, ADD COLUMN pending bigint;
+"""
+_V9_TABLE = """
+ALTER TABLE {s}.{table}_packs ADD COLUMN gen bigint NOT NULL DEFAULT 0;
+ALTER TABLE {s}.{table}_packs DROP CONSTRAINT {table}_packs_pkey, ADD PRIMARY KEY (term, gen);
+ALTER TABLE {s}.{table}_stale ADD COLUMN mark bigint NOT NULL DEFAULT 0;
+"""
+
+
+def _migrate_to_9(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render(_V9, schema))
+    for kind in (Kind.EPISODE, Kind.ENTITY, Kind.FACT, Kind.COMMUNITY):
+        conn.execute(render(_V9_TABLE.replace("{table}", TABLES[kind].name), schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
@@ -335,6 +355,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], N
     6: _migrate_to_6,
     7: _migrate_to_7,
     8: _migrate_to_8,
+    9: _migrate_to_9,
 }
 
 

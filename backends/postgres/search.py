@@ -26,24 +26,25 @@ from .records import from_rows, select
 from .schema import TABLES
 from .scope import scope_where
 from .session import Session
-from .terms import POSTING, UPTO, postings_table
+from .terms import GEN, POSTING, UPTO, postings_table
 
 
 def postings_statement(kind: Kind) -> str:
     """Rows of (part, term, a, b, bytes) from one snapshot: part 0 (one row) holds the documents of ``kind`` and
     their total length in tokens, and the seqs of its stale records (packed postings to ignore) as int8 bytes;
-    part 1, a query term's packed postings; part 2, a query term's postings written since (seq above upto, or of a
-    stale record). Postings as :data:`.terms.POSTING` bytes."""
+    part 1, a query term's packed postings (of the generation in use); part 2, a query term's postings written
+    since (seq above upto, or of a stale record: one of seq <= upto; a repack under way marks records above it).
+    Postings as :data:`.terms.POSTING` bytes."""
     table, postings = TABLES[kind].name, postings_table(kind)
     return (
         "SELECT 0, NULL::text, (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE kind = %(kind)s)::int8, "
         "(SELECT coalesce(sum(tokens), 0) FROM {s}.counts WHERE kind = %(kind)s)::int8, "
-        f"(SELECT string_agg(int8send(seq), '') FROM {{s}}.{table}_stale) UNION ALL "
+        f"(SELECT string_agg(int8send(seq), '') FROM {{s}}.{table}_stale WHERE seq <= ({UPTO})) UNION ALL "
         f"SELECT 1, term, NULL, NULL, postings FROM {{s}}.{table}_packs WHERE term = ANY(%(terms)s::text[]) "
-        f"UNION ALL SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{postings} "
+        f"AND gen = ({GEN}) UNION ALL SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{postings} "
         f"WHERE term = ANY(%(terms)s::text[]) AND seq > ({UPTO}) GROUP BY term UNION ALL "
         f"SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{table}_stale "
-        f"JOIN {{s}}.{postings} USING (seq) WHERE term = ANY(%(terms)s::text[]) GROUP BY term"
+        f"JOIN {{s}}.{postings} USING (seq) WHERE term = ANY(%(terms)s::text[]) AND seq <= ({UPTO}) GROUP BY term"
     )
 
 

@@ -8,6 +8,7 @@ live in :mod:`.reads`, :mod:`.search` and :mod:`.writes`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -26,6 +27,7 @@ from tkg.models import Kind
 from tkg.storage import Store
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
+from .repacker import Repacker
 from .schema import ensure_schema, quote_ident, render
 from .terms import index_all, pack_all, postings_lock
 from .vectors import register_vector, sketch_all
@@ -89,10 +91,13 @@ class Session(Store):
         self._packs_lock = postings_lock(schema)  # .terms: writes hold it shared, a repack exclusively
         self._postings_since: Counter[Kind] = Counter()  # postings written or dropped since the last repack check
         self._packs_checked: set[Kind] = set()  # kinds whose packs this store has checked
+        # The worker that repacks them, on a connection of its own (opened at its first check).
+        repack_connection = functools.partial(connect, dsn, connect_timeout=connect_timeout)
+        self._repacker = Repacker(repack_connection, schema)
         conn = connect(dsn, connect_timeout=connect_timeout)
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)
-            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all, 6: sketch_all, 8: pack_all})
+            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all, 6: sketch_all, 9: pack_all})
         except psycopg.Error as exc:
             conn.close()
             raise BackendError(f"cannot open the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None
@@ -287,7 +292,8 @@ class Session(Store):
             )
 
     def close(self) -> None:
-        """Close the connections (the data stays in the database)."""
+        """Close the connections (the data stays in the database); a repack under way is cancelled."""
+        self._repacker.close()
         with self._readers_guard:
             workers, self._workers = self._workers, None
         if workers is not None:
@@ -302,6 +308,9 @@ class Session(Store):
 
     def __del__(self) -> None:
         # A store dropped without close() gives its connections back at once (servers limit connections).
+        repacker = getattr(self, "_repacker", None)
+        if repacker is not None:
+            repacker.close()
         for conn in (getattr(self, "_conn", None), getattr(self, "_lock_conn", None), *getattr(self, "_spare", ())):
             if conn is not None and not conn.closed:
                 conn.close()

@@ -9,9 +9,9 @@ one after the other). Every
 nothing of the batch behind. Several processes may share a database; :meth:`PostgresStore.group_lock` is the
 cross-process lock on one group that keeps two writers' read-modify-write cycles from interleaving.
 Full text keeps its postings also packed per term (:mod:`.terms`); once a quarter of a kind's records are new
-since the last pack, or 1/32 rewritten or deleted, the write that notices repacks them after it committed, and
-the other writers of the schema wait for it meanwhile (readers do not; the four kinds took 0.4 s together at
-100,000 facts).
+since the last pack, or 1/32 rewritten or deleted, a worker thread of the store that wrote (:mod:`.repacker`, on
+a connection of its own) repacks them beside the writers, who wait only for its cut, one short statement (they
+used to wait for the whole repack: 0.4 s for the facts at 100,000, 6.6 s at a million); readers never wait.
 
 Reads are one statement each (a text search reads its terms' postings in one, then checks the best documents
 against the scope in another, rarely more); a read whose connection dropped is retried

@@ -34,27 +34,26 @@ class Writes(Session):
         self._repack_behind()
 
     def _repack_behind(self) -> None:
-        """Repack the kinds whose packs are far behind (.terms), checked at this store's first write of a kind and
-        then once enough postings changed. The write is committed already: a repack that fails is logged and tried
-        again at a later check."""
+        """Ask the repacker (.repacker, a worker thread) to check the kinds whose packs may be far behind: at this
+        store's first write of a kind, then once enough postings changed. The write is committed already and
+        returns at once; the repack runs beside the writers (.terms.repack_steps)."""
         with self._lock:  # the counters are this store's, shared by its threads
             due = [k for k, n in self._postings_since.items() if n >= terms.CHECK_EVERY or k not in self._packs_checked]
             for kind in due:
                 self._postings_since[kind] = 0
                 self._packs_checked.add(kind)  # the first write of each kind checks: a short-lived process writes few
-        for kind in due:
+        if due:
+            self._repacker.ask(due)
 
-            def check(cur: psycopg.Cursor[Any], kind: Kind = kind) -> bool:
-                return terms.behind(cur, self._q, kind)
+    def flush(self) -> None:
+        """Check every text kind's packs now and repack those far behind; returns once done (a store does this on
+        its own, after its writes, off their path)."""
+        self._repacker.ask(TEXT_KINDS)
+        self._repacker.wait()
 
-            def repack(cur: psycopg.Cursor[Any], kind: Kind = kind) -> None:
-                terms.repack(cur, self._q, kind, self._packs_lock)
-
-            try:
-                if self._read(check):
-                    self._transaction(repack)
-            except BackendError as exc:
-                log.warning("repacking the %s postings failed (the write was committed): %s", kind.value, exc)
+    def wait_for_maintenance(self, timeout: float | None = None) -> bool:
+        """Wait until the repacks the writes asked for are done (tests and benchmarks); False on timeout."""
+        return self._repacker.wait(timeout)
 
     def load(self, records: Iterable[Record]) -> None:
         """Bulk-load records into an empty store (snapshot import): one transaction, search indexes built once at
@@ -63,8 +62,10 @@ class Writes(Session):
 
         def body(cur: psycopg.Cursor[Any]) -> None:
             # The packs' lock, exclusively and first: a writer meanwhile waits holding nothing (taking it shared in
-            # _apply and exclusively only to repack could deadlock with one that holds it shared already).
-            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [self._packs_lock])
+            # _apply and exclusively only to repack could deadlock with one that holds it shared already); before
+            # it, the repacks' locks, in the order a repack takes them (.terms.repack_steps).
+            for lock in [*(terms.repack_lock(self.schema, kind) for kind in TEXT_KINDS), self._packs_lock]:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [lock])
             if cur.execute(self._q("SELECT 1 FROM {s}.counts LIMIT 1")).fetchone() is not None:
                 raise BackendError(f"load() needs an empty store; schema {self.schema!r} already holds records")
             cur.execute("SELECT set_config('maintenance_work_mem', %s, true)", [f"{self._build_memory_mb}MB"])
@@ -72,7 +73,7 @@ class Writes(Session):
                 cur.execute(self._q(f"DROP INDEX IF EXISTS {{s}}.{name}"))
             self._apply(cur, planned, [])
             for kind in TEXT_KINDS:
-                terms.repack(cur, self._q, kind, self._packs_lock)
+                terms.repack(cur, self._q, kind, self.schema)
             for statement in SEARCH_INDEXES.values():
                 cur.execute(self._q(statement))
             cur.execute(self._q(ANALYZE))
