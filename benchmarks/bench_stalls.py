@@ -172,7 +172,8 @@ def contract(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     n, e = (rows[0]["facts"], rows[0]["episodes"]) if rows else (0, 0)
     table = {
-        "title": f"add_episode engine time, {e:,} episodes on {n:,} facts: index maintenance inline vs background",
+        "title": f"add_episode engine time, {e:,} episodes on {n:,} facts: index maintenance inline vs background, "
+        "and PostgreSQL",
         "columns": ["metric", *columns],
         "rows": [[label, *[r[key] for r in rows]] for label, key in metrics],
         "notes": [
