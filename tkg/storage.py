@@ -24,7 +24,9 @@ and never ask "does this store have X?":
   with 100,000 facts does not read them all);
 * :meth:`Store.fact_ends` -- the edges of the whole graph for community detection (the default scans the facts;
   a backend reads the two end columns alone);
-* :meth:`Store.flush`, :meth:`Store.stats`, :meth:`Store.close` -- maintenance, with no-op defaults.
+* :meth:`Store.flush`, :meth:`Store.wait_for_maintenance`, :meth:`Store.stats`, :meth:`Store.close` --
+  maintenance, with no-op defaults (a store that maintains its indexes on a thread of its own waits for it in
+  :meth:`Store.wait_for_maintenance`).
 """
 
 from __future__ import annotations
