@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from tkg.models import Kind
 
 from . import terms
-from .schema import render
+from .schema import Statements
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ class Repacker:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str) -> None:
         self._connect = connect
         self._schema = schema
-        self._sql: dict[str, sql.Composed] = {}
+        self._q = Statements(schema)
         self._cond = threading.Condition()
         self._asked: list[Kind] = []  # kinds to check, in the order asked, each once
         self._busy = False
@@ -71,12 +70,6 @@ class Repacker:
             thread.join(0.1)
             with self._cond:
                 conn = self._conn
-
-    def _q(self, text: str) -> sql.Composed:
-        found = self._sql.get(text)
-        if found is None:
-            found = self._sql[text] = render(text, self._schema)
-        return found
 
     def _run(self) -> None:
         try:

@@ -185,6 +185,20 @@ def render(text: str, schema: str, vector: str = "") -> sql.Composed:
     )
 
 
+class Statements:
+    """Statements of one schema: ``statements(text)`` is :func:`render`'s, made once per text and then cached."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self._made: dict[str, sql.Composed] = {}
+
+    def __call__(self, text: str) -> sql.Composed:
+        found = self._made.get(text)
+        if found is None:
+            found = self._made[text] = render(text, self.schema)
+        return found
+
+
 def _migrate_to_1(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
     dim = int(settings["dim"])
     conn.execute(render(_V1, schema, vector=f"vector({dim})"))

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, Self, TypeVar
 
 import psycopg
-from psycopg import sql
 
 from tkg.errors import BackendError, ConfigurationError, ValidationError
 from tkg.models import Kind
@@ -28,7 +27,7 @@ from tkg.storage import Store
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
 from .repacker import Repacker
-from .schema import ensure_schema, quote_ident, render
+from .schema import Statements, ensure_schema, quote_ident
 from .terms import index_all, pack_all, postings_lock
 from .vectors import register_vector, sketch_all
 
@@ -79,7 +78,7 @@ class Session(Store):
         self._ef_search = int(ef_search)
         self._connect_timeout = connect_timeout
         self._lock = threading.RLock()
-        self._sql: dict[str, sql.Composed] = {}
+        self._q = Statements(schema)  # a statement with {s} standing for this schema, rendered once
         self._group_locks: dict[str, threading.Lock] = {}
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._lock_conn_guard = threading.Lock()
@@ -263,13 +262,6 @@ class Session(Store):
                 raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
             except psycopg.Error as exc:
                 raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
-
-    def _q(self, text: str) -> sql.Composed:
-        """A statement with ``{s}`` standing for this store's schema (rendered once, then cached)."""
-        found = self._sql.get(text)
-        if found is None:
-            found = self._sql[text] = render(text, self.schema)
-        return found
 
     def claim_embedder(self, name: str) -> None:
         """Record the embedder that writes this schema's vectors (the first to claim it), and refuse another."""
