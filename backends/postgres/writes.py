@@ -3,7 +3,6 @@ bulk load builds the search indexes once at the end."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -20,8 +19,6 @@ from .records import Prepared, key_filter, key_params, keys_of, prepare, upsert_
 from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED
 from .session import Session
 from .terms import Delta, add_postings, drop_postings
-
-log = logging.getLogger(__name__)
 
 Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
 
