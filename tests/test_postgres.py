@@ -651,6 +651,111 @@ def test_bm25_searches_packs_stale_records_and_new_postings_at_once(server: Embe
         assert "e5" not in [h.id for h in store.text_search(Kind.ENTITY, "coffee", 20, scope)]
 
 
+def test_a_search_is_sent_only_the_packs_it_does_not_hold_and_never_uses_those_of_an_older_generation(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store keeps the packs its searches read (.pack_cache): the next search of the same terms is sent none of
+    them. Once another store has rewritten records and repacked (a worker's repack, then an exclusive one, as a
+    load runs it), the packs held are of an older generation: the server sends the new ones and the search ranks as
+    the reference."""
+    from tkg.backends.postgres import search as pg_search
+    from tkg.backends.postgres import terms
+    from tkg.backends.reference import ReferenceStore
+    from tkg.tokens import tokenize
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", 1)
+    monkeypatch.setattr(terms, "STALE_MIN", 1)
+    sent: list[set[str]] = []
+    read_postings = pg_search.read_postings
+
+    def spy(terms_: Any, rows: Any, held: Any) -> Any:
+        sent.append({row[1] for row in rows if row[0] == 1})
+        return read_postings(terms_, rows, held)
+
+    monkeypatch.setattr(pg_search, "read_postings", spy)
+    oracle = ReferenceStore(dim=DIM)
+    schema = new_postgres_schema()
+    scope = make_scope(T0 + timedelta(days=1), ["g"])
+    entities = [
+        Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary=["coffee", "coffee espresso"][i % 2])
+        for i in range(8)
+    ]
+
+    def ranked(store: Any, query: str) -> list[tuple[str, float]]:
+        return [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, 10, scope)]
+
+    with (
+        PostgresStore(server.dsn, dim=DIM, schema=schema) as reader,
+        PostgresStore(server.dsn, dim=DIM, schema=schema) as writer,
+    ):
+        for batch in (WriteBatch(puts=entities),):
+            writer.write(batch)
+            oracle.write(batch)
+        writer.flush()
+        assert ranked(reader, "coffee espresso") == ranked(oracle, "coffee espresso")
+        both = set(tokenize("coffee espresso"))  # as stemmed
+        assert sent[-1] == both
+        assert reader._packs.stats()["packs"] == 2
+        assert ranked(reader, "espresso coffee") == ranked(oracle, "espresso coffee")
+        assert sent[-1] == set()  # both held
+        assert ranked(reader, "espresso tea") == ranked(oracle, "espresso tea")
+        assert sent[-1] == set()  # "tea" has no pack: nothing to send
+        changes = [
+            WriteBatch(puts=[dataclasses.replace(entities[0], summary="espresso espresso")]),
+            WriteBatch(deletes=[("entity", "e3")]),
+            WriteBatch(puts=[Entity(id="n1", group_id="g", name="N1", created_at=T0, summary="coffee coffee")]),
+        ]
+        for batch in changes:
+            writer.write(batch)
+            oracle.write(batch)
+        writer.flush()  # repacked on the writer's worker: stale marks gone, the new records packed
+        for query in ("coffee espresso", "espresso", "coffee"):
+            assert ranked(reader, query) == ranked(oracle, query), query
+        assert sent[-3] == both  # a new generation: sent again
+        assert sent[-1] == set()
+        batch = WriteBatch(puts=[dataclasses.replace(entities[1], summary="coffee")])
+        for target in (writer, oracle):
+            target.write(batch)
+        with writer._connection().transaction(), writer._connection().cursor() as cur:
+            terms.repack(cur, writer._q, Kind.ENTITY, schema)  # exclusive, as a load runs it
+        assert ranked(reader, "coffee espresso") == ranked(oracle, "coffee espresso")
+        assert sent[-1] == both
+
+
+def test_a_pack_cache_keeps_one_generation_per_kind_within_its_bound() -> None:
+    from tkg.backends.postgres.pack_cache import PackCache
+
+    def pack(n: int) -> Any:
+        return np.zeros(n, dtype=[("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
+
+    cache = PackCache(10_000)
+    cache.keep(Kind.FACT, 3, {"a": pack(100), "b": pack(100)})  # 1,600 bytes each, plus the overhead
+    assert cache.held(Kind.FACT, ["a", "b", "c"]).gen == 3
+    assert set(cache.held(Kind.FACT, ["a", "b", "c"]).packs) == {"a", "b"}
+    assert cache.held(Kind.ENTITY, ["a"]).gen == -1
+    cache.keep(Kind.FACT, 2, {"c": pack(1)})  # a search of an older snapshot: not kept
+    assert set(cache.held(Kind.FACT, ["a", "b", "c"]).packs) == {"a", "b"}
+    cache.held(Kind.FACT, ["a"])  # a used last
+    cache.keep(Kind.FACT, 3, {f"t{i}": pack(100) for i in range(4)})
+    assert set(cache.held(Kind.FACT, ["a", "b", "t0", "t1", "t2", "t3"]).packs) == {"a", "t0", "t1", "t2", "t3"}
+    assert cache.stats()["bytes"] <= 10_000
+    cache.keep(Kind.FACT, 3, {"huge": pack(1000)})  # more than the bound alone: not kept, nothing dropped for it
+    assert "huge" not in cache.held(Kind.FACT, ["huge"]).packs and cache.stats()["packs"] == 5
+    cache.keep(Kind.FACT, 4, {"b": pack(10)})  # a newer generation replaces the kind's packs
+    held = cache.held(Kind.FACT, ["a", "b"])
+    assert held.gen == 4 and set(held.packs) == {"b"} and cache.stats()["packs"] == 1
+    off = PackCache(0)
+    off.keep(Kind.FACT, 1, {"a": pack(1)})
+    assert off.held(Kind.FACT, ["a"]).packs == {} and off.stats() == {"packs": 0, "bytes": 0}
+
+
+@pytest.mark.parametrize("bad", [-1, 2**20 + 1, 1.5, "64"])
+def test_pack_cache_mb_is_checked(server: EmbeddedPostgres, bad: Any) -> None:
+    with pytest.raises(ValidationError, match="pack_cache_mb"):
+        PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), pack_cache_mb=bad)
+
+
 def test_a_repack_cut_waits_for_a_write_in_flight_and_loses_none_of_its_postings(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -869,19 +974,79 @@ def test_enough_stale_records_alone_trigger_a_repack(server: EmbeddedPostgres, m
 def test_bm25_ranked_reads_the_stale_seqs_whatever_the_order_of_the_rows() -> None:
     """UNION ALL promises no order (a parallel plan interleaves its parts): packed postings that arrive before the
     row of stale seqs are filtered all the same, so a rewritten record counts once, with its current postings."""
-    from tkg.backends.postgres.search import bm25_ranked
+    from tkg.backends.postgres.pack_cache import Held
+    from tkg.backends.postgres.search import bm25_ranked, read_postings
 
     def packed(*postings: tuple[int, int, int]) -> bytes:
         return np.array(list(postings), dtype=[("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")]).tobytes()
 
-    stats = (0, None, 3, 9, np.array([2], dtype=">i8").tobytes())
+    stats = (0, "1", 3, 9, np.array([2], dtype=">i8").tobytes())
     pack = (1, "coffee", None, None, packed((1, 1, 3), (2, 1, 3), (3, 2, 3)))
     fresh = (2, "coffee", None, None, packed((2, 3, 3)))
-    want = bm25_ranked(["coffee"], [stats, pack, fresh])
+    want = bm25_ranked(["coffee"], read_postings(["coffee"], [stats, pack, fresh], Held()))
     assert list(want[0]) == [1, 2, 3]
     for rows in ([pack, stats, fresh], [fresh, pack, stats]):
-        got = bm25_ranked(["coffee"], rows)
+        got = bm25_ranked(["coffee"], read_postings(["coffee"], rows, Held()))
         assert list(got[0]) == list(want[0]) and list(got[1]) == list(want[1])
+
+
+def test_a_rewrite_that_keeps_the_search_text_keeps_its_postings_and_marks_nothing_stale(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a record's search fields (tkg.models.SEARCH_FIELDS) make its search text: a rewrite of other fields
+    keeps its packed postings in use; one of any search field (alias, summary) is indexed again, the old postings
+    marked stale. Searches rank as the reference throughout."""
+    from tkg.backends.postgres import terms
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(terms, "REPACK_MIN", 2)
+    monkeypatch.setattr(terms, "STALE_MIN", 10**6)
+    monkeypatch.setattr(terms, "STALE_MAX", 10**6)
+    oracle = ReferenceStore(dim=DIM)
+    schema = new_postgres_schema()
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(3)]
+    scope = make_scope(T0 + timedelta(days=1), ["g"])
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+
+        def write(batch: WriteBatch) -> None:
+            store.write(batch)
+            oracle.write(batch)
+            store.wait_for_maintenance()
+            for query in ("coffee", "tea", "mocha", "coffee tea mocha"):
+                ours = [(h.id, h.score) for h in store.text_search(Kind.ENTITY, query, 10, scope)]
+                assert ours == [(h.id, h.score) for h in oracle.text_search(Kind.ENTITY, query, 10, scope)], query
+
+        write(WriteBatch(puts=entities))
+        upto = pack_state(server, schema)[0]
+        assert upto > 0
+        write(WriteBatch(puts=[dataclasses.replace(entities[0], labels=("Person",), attributes={"age": 3})]))
+        assert pack_state(server, schema) == (upto, 0, 0)
+        write(WriteBatch(puts=[dataclasses.replace(entities[1], aliases=("Mocha",))]))
+        assert pack_state(server, schema)[1] == 1
+        write(WriteBatch(puts=[dataclasses.replace(entities[2], summary="tea")]))
+        assert pack_state(server, schema)[1] == 2
+
+
+def test_stale_records_call_for_a_repack_at_stale_max_however_many_records(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tkg.backends.postgres import terms
+
+    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
+    monkeypatch.setattr(terms, "REPACK_MIN", 10)
+    monkeypatch.setattr(terms, "STALE_MIN", 2)
+    monkeypatch.setattr(terms, "STALE_SHARE", 1.0)  # a share of 1: all 12 records, were it not for STALE_MAX
+    monkeypatch.setattr(terms, "STALE_MAX", 3)
+    schema = new_postgres_schema()
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(12)]
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        store.write(WriteBatch(puts=entities))
+        store.wait_for_maintenance()
+        upto = pack_state(server, schema)[0]
+        for i, expected in ((0, 1), (1, 2), (2, 0)):
+            store.write(WriteBatch(puts=[dataclasses.replace(entities[i], summary="tea")]))
+            store.wait_for_maintenance()
+            assert pack_state(server, schema) == (upto, expected, 0), i
 
 
 def test_a_store_checks_the_packs_at_its_first_write(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,9 +64,15 @@ def bm25_sums(
         documents = np.flatnonzero(binned > 0)
         return (documents + low).astype(np.int64, copy=False), binned[documents]
     ids = np.concatenate([d for d, _ in columns]).astype(np.int64, copy=False)
-    values = np.concatenate([v for _, v in columns])
-    documents, inverse = np.unique(ids, return_inverse=True)
-    sums = np.bincount(inverse, weights=values, minlength=len(documents))
+    # A stable sort keeps each document's parts in query order (and merges the columns' sorted runs quickly), and
+    # bincount adds them in that order: 2-3x faster than np.unique's inverse.
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    first = np.empty(len(ids), dtype=bool)
+    first[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    documents = ids[first]
+    sums = np.bincount(np.cumsum(first) - 1, weights=np.concatenate([v for _, v in columns])[order])
     positive = sums > 0  # as the binned way finds them
     return documents[positive], sums[positive].astype(np.float64, copy=False)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -22,6 +23,7 @@ from tkg.timeline import Scope
 from tkg.tokens import bm25_sums, idf, term_part, tokenize
 from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
 
+from .pack_cache import Held
 from .records import from_rows, select
 from .schema import TABLES
 from .scope import scope_where
@@ -31,20 +33,23 @@ from .terms import GEN, POSTING, UPTO, postings_table
 
 def postings_statement(kind: Kind) -> str:
     """Rows of (part, term, a, b, bytes) from one snapshot: part 0 (one row) holds the documents of ``kind`` and
-    their total length in tokens, and the seqs of its stale records (packed postings to ignore) as int8 bytes;
-    part 1, a query term's packed postings (of the generation in use); part 2, a query term's postings written
-    since (seq above upto, or of a stale record: one of seq <= upto; a repack under way marks records above it).
-    Postings as :data:`.terms.POSTING` bytes."""
+    their total length in tokens, the seqs of its stale records (packed postings to ignore) as int8 bytes, and in
+    place of a term the generation of the packs in use; part 1, a query term's packed postings of that generation,
+    unless the caller holds them (%(held)s, of generation %(held_gen)s: :mod:`.pack_cache`); part 2, a query term's
+    postings written since (seq above upto, or of a stale record: one of seq <= upto; a repack under way marks
+    records above it). Postings as :data:`.terms.POSTING` bytes."""
     table, postings = TABLES[kind].name, postings_table(kind)
     return (
-        "SELECT 0, NULL::text, (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE kind = %(kind)s)::int8, "
+        f"SELECT 0, ({GEN})::text, (SELECT coalesce(sum(n), 0) FROM {{s}}.counts WHERE kind = %(kind)s)::int8, "
         "(SELECT coalesce(sum(tokens), 0) FROM {s}.counts WHERE kind = %(kind)s)::int8, "
         f"(SELECT string_agg(int8send(seq), '') FROM {{s}}.{table}_stale WHERE seq <= ({UPTO})) UNION ALL "
         f"SELECT 1, term, NULL, NULL, postings FROM {{s}}.{table}_packs WHERE term = ANY(%(terms)s::text[]) "
-        f"AND gen = ({GEN}) UNION ALL SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{postings} "
+        f"AND gen = ({GEN}) AND NOT (gen = %(held_gen)s AND term = ANY(%(held)s::text[])) UNION ALL "
+        f"SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{postings} "
         f"WHERE term = ANY(%(terms)s::text[]) AND seq > ({UPTO}) GROUP BY term UNION ALL "
-        f"SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{table}_stale "
-        f"JOIN {{s}}.{postings} USING (seq) WHERE term = ANY(%(terms)s::text[]) AND seq <= ({UPTO}) GROUP BY term"
+        f"SELECT 2, term, NULL, NULL, string_agg({POSTING}, '') FROM {{s}}.{postings} "
+        f"WHERE term = ANY(%(terms)s::text[]) AND seq = ANY(ARRAY(SELECT seq FROM {{s}}.{table}_stale "
+        f"WHERE seq <= ({UPTO}))) GROUP BY term"
     )
 
 
@@ -55,52 +60,105 @@ _POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])  # the layou
 _FIRST_BATCH = 2
 
 
-def _without(postings: npt.NDArray[Any], stale: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-    """Packed ``postings`` (sorted by seq, each seq once) but those of the ``stale`` seqs, found by binary search."""
-    seqs = postings["seq"]
-    at = np.searchsorted(seqs, stale)
-    inside = at < len(seqs)
-    at, wanted = at[inside], stale[inside]
-    at = at[seqs[at] == wanted]
-    if not len(at):
-        return postings
-    keep = np.ones(len(postings), dtype=bool)
-    keep[at] = False
-    return postings[keep]
+@dataclass(frozen=True)
+class TermPostings:
+    """A term's postings as native arrays: record seqs, term frequencies and document lengths (the two as float64,
+    as :func:`~tkg.tokens.term_part` takes them). A pack's are sorted by seq (:func:`.terms._pack`)."""
+
+    seq: npt.NDArray[np.int64]
+    tf: npt.NDArray[np.float64]
+    dl: npt.NDArray[np.float64]
+
+    @staticmethod
+    def decode(data: bytes) -> TermPostings:
+        """From :data:`.terms.POSTING` bytes."""
+        raw = np.frombuffer(data, dtype=_POSTING)
+        return TermPostings(raw["seq"].astype(np.int64), raw["tf"].astype(np.float64), raw["dl"].astype(np.float64))
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.seq.nbytes + self.tf.nbytes + self.dl.nbytes)
+
+    def without(self, stale: npt.NDArray[np.int64]) -> TermPostings:
+        """These postings (sorted by seq, each seq once: a pack's) but those of the ``stale`` seqs, found by binary
+        search."""
+        if not len(stale) or not len(self.seq):
+            return self
+        at = np.searchsorted(self.seq, stale)
+        inside = at < len(self.seq)
+        at, wanted = at[inside], stale[inside]
+        at = at[self.seq[at] == wanted]
+        if not len(at):
+            return self
+        keep = np.ones(len(self.seq), dtype=bool)
+        keep[at] = False
+        return TermPostings(self.seq[keep], self.tf[keep], self.dl[keep])
 
 
-def bm25_ranked(
-    terms: Sequence[str], rows: Sequence[tuple[Any, ...]]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """The documents (seqs) holding a query term and their BM25 scores as every backend ranks them
-    (:func:`~tkg.tokens.rank_score`), from the rows of :func:`postings_statement`: each term's part computed and
-    the parts summed in query-term order (:mod:`tkg.tokens`), with the statistics of the same snapshot -- a term's
-    document frequency is the number of its postings."""
+_EMPTY = TermPostings(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+
+
+@dataclass(frozen=True)
+class Postings:
+    """What one read of :func:`postings_statement` found for a query's terms: the corpus statistics, the packs'
+    generation and stale seqs (sorted), each term's packed postings of that generation (read or held; empty when
+    it has none) and its postings written since."""
+
+    documents: int
+    tokens: int
+    gen: int
+    stale: npt.NDArray[np.int64]
+    packs: dict[str, TermPostings]
+    fresh: dict[str, list[TermPostings]]
+
+    @property
+    def average(self) -> float:
+        return max(1e-9, self.tokens / self.documents) if self.documents else 1.0
+
+    def columns(self, terms: Sequence[str]) -> list[tuple[float, list[TermPostings]]]:
+        """Each query term holding postings, in query order: its idf (its document frequency is the number of its
+        postings, the packed ones of stale records left out) and its postings, packed then written since."""
+        columns = []
+        for term in terms:
+            parts = [p for p in (self.packs[term].without(self.stale), *self.fresh.get(term, ())) if len(p)]
+            df = sum(map(len, parts))
+            if df:
+                columns.append((idf(self.documents, df), parts))
+        return columns
+
+
+def read_postings(terms: Sequence[str], rows: Sequence[tuple[Any, ...]], held: Held) -> Postings:
+    """The :class:`Postings` of ``rows`` (of :func:`postings_statement`, asked with ``held``): the held packs
+    stand for those the server left out, when of its generation."""
     documents = tokens = 0
+    gen = -1
     stale = np.zeros(0, dtype=np.int64)
-    for part, _, n, length, data in rows:  # first the statistics and stale seqs (UNION ALL keeps no order)
+    packs: dict[str, TermPostings] = {}
+    fresh: dict[str, list[TermPostings]] = {}
+    for part, term, n, length, data in rows:  # UNION ALL keeps no order
         if part == 0:
-            documents, tokens = int(n), int(length)
+            gen, documents, tokens = int(term), int(n), int(length)
             if data:
                 stale = np.sort(np.frombuffer(data, dtype=">i8").astype(np.int64))
-    found: dict[str, list[npt.NDArray[Any]]] = {}
-    for part, term, _, _, data in rows:
-        if part and data:
-            postings = np.frombuffer(data, dtype=_POSTING)
-            if part == 1 and len(stale):
-                postings = _without(postings, stale)
-            found.setdefault(term, []).append(postings)
-    average = max(1e-9, tokens / documents) if documents else 1.0
-    columns = []
+        elif part == 1:
+            packs[term] = TermPostings.decode(data)
+        elif data:
+            fresh.setdefault(term, []).append(TermPostings.decode(data))
     for term in terms:
-        if term in found:
-            parts = found[term]
-            postings = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            if not len(postings):
-                continue
-            weight = idf(documents, len(postings))
-            values = term_part(weight, postings["tf"].astype(np.float64), postings["dl"].astype(np.float64), average)
-            columns.append((postings["seq"].astype(np.int64), values))
+        if term not in packs:
+            packs[term] = held.packs.get(term, _EMPTY) if held.gen == gen else _EMPTY
+    return Postings(documents, tokens, gen, stale, packs, fresh)
+
+
+def bm25_ranked(terms: Sequence[str], read: Postings) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The documents (seqs) holding a query term and their BM25 scores as every backend ranks them
+    (:func:`~tkg.tokens.rank_score`): each term's part computed and the parts summed in query-term order
+    (:mod:`tkg.tokens`), with the statistics of the same snapshot."""
+    average = read.average
+    columns = [(p.seq, term_part(weight, p.tf, p.dl, average)) for weight, parts in read.columns(terms) for p in parts]
     if not columns:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     seqs, sums = bm25_sums(columns)
@@ -212,9 +270,13 @@ class Search(Session):
 
         def run(cur: psycopg.Cursor[Any]) -> list[tuple[str, float]]:
             # Every posting of the query's terms is scored here, not in SQL (PostgreSQL's executor costs ~1 us per
-            # posting it scores; a term's packed postings come as one value): then the best documents are checked
-            # against the scope, best first, until k pass.
-            seqs, scores = bm25_ranked(terms, cur.execute(postings, params).fetchall())
+            # posting it scores; a term's packed postings come as one value, or from the store's cache): the best
+            # documents are then checked against the scope, best first, until k pass.
+            held = self._packs.held(kind, terms)
+            rows = cur.execute(postings, {**params, "held": list(held.packs), "held_gen": held.gen}).fetchall()
+            read = read_postings(terms, rows, held)
+            self._packs.keep(kind, read.gen, read.packs)
+            seqs, scores = bm25_ranked(terms, read)
             checked: dict[int, str | None] = {}
             size = _FIRST_BATCH * k
             while True:

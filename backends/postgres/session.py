@@ -26,6 +26,7 @@ from tkg.models import Kind
 from tkg.storage import Store
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
+from .pack_cache import PackCache
 from .repacker import Repacker
 from .schema import Statements, ensure_schema, quote_ident
 from .terms import index_all, pack_all, postings_lock
@@ -61,6 +62,7 @@ class Session(Store):
         connect_timeout: int = 10,
         build_memory_mb: int = 1024,
         search_connections: int = 2,
+        pack_cache_mb: int = 64,
     ) -> None:
         if not isinstance(dim, int) or dim < 1 or dim > 16000:
             raise ValidationError("dim must be a positive integer (pgvector indexes up to 2000 dimensions)")
@@ -70,6 +72,9 @@ class Session(Store):
         if not isinstance(build_memory_mb, int) or not 64 <= build_memory_mb <= 2**21:
             raise ValidationError("build_memory_mb must be an integer from 64 to 2097152 (PostgreSQL's limit, 2 TB)")
         self._build_memory_mb = build_memory_mb
+        if not isinstance(pack_cache_mb, int) or not 0 <= pack_cache_mb <= 2**20:
+            raise ValidationError("pack_cache_mb must be an integer from 0 to 1048576")
+        self._packs = PackCache(pack_cache_mb * 2**20)  # .pack_cache: text searches' packed postings, decoded
         if not _SCHEMA_RE.match(schema):
             raise ValidationError(f"schema {schema!r} is invalid: use 1-63 lower-case letters, digits and _")
         self.dim = dim

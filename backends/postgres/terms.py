@@ -130,13 +130,15 @@ MARK = "pg_current_xact_id()::text::int8"
 #: A write checks how far the packs are behind once it and the writes before it in this store have written or
 #: dropped this many postings of a kind. A repack runs when the records written since the last one reach
 #: REPACK_SHARE of the kind's records (and at least REPACK_MIN), or the stale ones STALE_SHARE (at least
-#: STALE_MIN): a stale record costs a query more (its postings are found by record, not by term; 8,000 stale facts
-#: of 100,000 added ~3 ms to a fact search, 25,000 ~9 ms), so it waits for fewer.
+#: STALE_MIN, at most STALE_MAX): a stale record costs every query more, as its current postings are looked up by
+#: (term, record) -- at a million facts, 300 stale facts cost a fact search ~3.5 ms, 3,000 ~15 ms -- so it waits
+#: for fewer. (A rewrite that keeps the search text, as most rewrites of a fact do, marks nothing stale.)
 CHECK_EVERY = 4096
 REPACK_MIN = 2048
 REPACK_SHARE = 0.25
 STALE_MIN = 512
 STALE_SHARE = 1 / 32
+STALE_MAX = 2048
 
 
 def postings_lock(schema: str) -> str:
@@ -162,7 +164,8 @@ def behind(cur: psycopg.Cursor[Any], q: Render, kind: Kind) -> bool:
     ).fetchone()
     assert row is not None  # scalar subqueries always give one row
     since, stale, records = (int(v) for v in row)
-    return since >= max(REPACK_MIN, REPACK_SHARE * records) or stale >= max(STALE_MIN, STALE_SHARE * records)
+    stale_limit = min(STALE_MAX, max(STALE_MIN, STALE_SHARE * records))
+    return since >= max(REPACK_MIN, REPACK_SHARE * records) or stale >= stale_limit
 
 
 def _pack(cur: psycopg.Cursor[Any], q: Render, kind: Kind, gen: int, upto: int | None) -> None:
@@ -196,7 +199,7 @@ def repack(cur: psycopg.Cursor[Any], q: Render, kind: Kind, schema: str) -> None
     for lock in (repack_lock(schema, kind), postings_lock(schema)):
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [lock])
     table, postings = TABLES[kind].name, postings_table(kind)
-    gen = _scalar(cur, q(GEN), {"kind": kind.value})
+    gen = _scalar(cur, q(GEN), {"kind": kind.value}) + 1  # a new generation: readers may hold the old one's packs
     cur.execute(q(f"DELETE FROM {{s}}.{table}_packs"))
     _pack(cur, q, kind, gen, None)
     cur.execute(q(f"DELETE FROM {{s}}.{table}_stale"))
@@ -204,7 +207,8 @@ def repack(cur: psycopg.Cursor[Any], q: Render, kind: Kind, schema: str) -> None
         q(
             "INSERT INTO {s}.packed (kind, upto, records, gen) "
             f"SELECT %(kind)s, (SELECT coalesce(max(seq), 0) FROM {{s}}.{postings}), %(records)s, %(gen)s "
-            "ON CONFLICT (kind) DO UPDATE SET upto = excluded.upto, records = excluded.records, pending = NULL"
+            "ON CONFLICT (kind) DO UPDATE SET upto = excluded.upto, records = excluded.records, gen = excluded.gen, "
+            "pending = NULL"
         ),
         {"kind": kind.value, "records": _records(cur, q, kind), "gen": gen},
     )

@@ -4,14 +4,14 @@ bulk load builds the search indexes once at the end."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import psycopg
 
 from tkg.errors import BackendError
 from tkg.integrity import check_write
-from tkg.models import TEXT_KINDS, Fact, Kind, Record
+from tkg.models import SEARCH_FIELDS, TEXT_KINDS, Fact, Kind, Record
 from tkg.storage import WriteBatch
 
 from . import terms
@@ -94,14 +94,17 @@ class Writes(Session):
                 # Rows that exist are locked first, in one order for every writer (no deadlocks); then the puts go
                 # in batch order, so that new records get their insertion order (seq) as the batch gives it.
                 existing = self._existing(cur, kind, sorted(items))
-                for _, group in existing:
-                    delta[(kind.value, group)] -= 1
+                for row in existing:
+                    delta[(kind.value, row[1])] -= 1
                 for item in items.values():
                     delta[(kind.value, item.record.group_id)] += 1
+                # A rewrite that leaves the search text as it was (a fact invalidated, or mentioned by one more
+                # episode) keeps its postings: nothing marked stale, nothing to index again.
+                same = _same_text(kind, existing, items)
                 if existing:
-                    self._drop_derived(cur, kind, [key[0] for key in items], text)
+                    self._drop_derived(cur, kind, [key[0] for key in items], text, same)
                 self._upsert(cur, kind, list(items.values()))
-                self._add_derived(cur, kind, [item.record for item in items.values()], text)
+                self._add_derived(cur, kind, [item.record for item in items.values()], text, same)
         deleted = keys_of(deletes)
         for kind, keys in deleted.items():
             self._existing(cur, kind, sorted(keys))  # locked first, as for puts: a rewrite in flight finishes first
@@ -113,10 +116,13 @@ class Writes(Session):
 
     # Rows derived from a record and kept beside it in the same transaction: the BM25 postings of a text record
     # (.terms), and a fact's verdicts as (named fact, seq) rows, from which facts_judging reads.
-    def _drop_derived(self, cur: psycopg.Cursor[Any], kind: Kind, ids: list[str], text: Delta) -> None:
-        """Remove what was derived from the stored records ``ids`` (before their rows change or go)."""
+    def _drop_derived(
+        self, cur: psycopg.Cursor[Any], kind: Kind, ids: list[str], text: Delta, same: Set[str] = frozenset()
+    ) -> None:
+        """Remove what was derived from the stored records ``ids`` (before their rows change or go), but the
+        postings of those whose search text stays the ``same``."""
         if kind in TEXT_KINDS:
-            drop_postings(cur, self._q, kind, ids, text)
+            drop_postings(cur, self._q, kind, [i for i in ids if i not in same], text)
         if kind is Kind.FACT:
             cur.execute(
                 self._q(
@@ -125,10 +131,13 @@ class Writes(Session):
                 [ids],
             )
 
-    def _add_derived(self, cur: psycopg.Cursor[Any], kind: Kind, records: list[Record], text: Delta) -> None:
-        """Derive the rows of ``records``, already written (their rows carry their seq)."""
+    def _add_derived(
+        self, cur: psycopg.Cursor[Any], kind: Kind, records: list[Record], text: Delta, same: Set[str] = frozenset()
+    ) -> None:
+        """Derive the rows of ``records``, already written (their rows carry their seq), but the postings of those
+        whose search text stayed the ``same`` (kept)."""
         if kind in TEXT_KINDS:
-            add_postings(cur, self._q, kind, records, text)
+            add_postings(cur, self._q, kind, [r for r in records if r.id not in same], text)
         if kind is Kind.FACT:
             judged = [(r.id, named) for r in records if isinstance(r, Fact) for named in r.verdicts]
             if judged:
@@ -143,10 +152,13 @@ class Writes(Session):
     def _upsert(self, cur: psycopg.Cursor[Any], kind: Kind, items: list[Prepared]) -> None:
         cur.executemany(self._q(upsert_statement(kind)), [p.values for p in items])
 
-    def _existing(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[Any, str]]:
+    def _existing(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
+        """The rows of ``keys`` that exist, locked: (seq, group_id), then for a text kind id and the
+        :data:`~tkg.models.SEARCH_FIELDS`."""
         table = TABLES[kind]
+        columns = ", ".join(("seq", "group_id", *(("id", *SEARCH_FIELDS[kind]) if kind in TEXT_KINDS else ())))
         statement = self._q(
-            f"SELECT seq, group_id FROM {{s}}.{table.name} WHERE {key_filter(kind)} ORDER BY seq FOR UPDATE"
+            f"SELECT {columns} FROM {{s}}.{table.name} WHERE {key_filter(kind)} ORDER BY seq FOR UPDATE"
         )
         return cur.execute(statement, key_params(keys)).fetchall()
 
@@ -193,3 +205,21 @@ class Writes(Session):
             ),
             [kinds, groups],
         )
+
+
+def _same_text(kind: Kind, existing: list[tuple[Any, ...]], items: dict[tuple[str, ...], Prepared]) -> set[str]:
+    """The ids among ``items`` (puts of ``kind``) whose stored row (of :meth:`Writes._existing`) has the same group
+    and search fields: their search text, and so their postings and the corpus statistics, stay as they are."""
+    if kind not in TEXT_KINDS:
+        return set()
+    fields = SEARCH_FIELDS[kind]
+
+    def values(row: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(tuple(v) if isinstance(v, list | tuple) else v for v in row)
+
+    stored = {row[2]: values((row[1], *row[3:])) for row in existing}
+    return {
+        rid
+        for (rid, *_), item in items.items()
+        if stored.get(rid) == values((item.record.group_id, *(getattr(item.record, f) for f in fields)))
+    }
