@@ -9,9 +9,10 @@ one after the other). Every
 nothing of the batch behind. Several processes may share a database; :meth:`PostgresStore.group_lock` is the
 cross-process lock on one group that keeps two writers' read-modify-write cycles from interleaving.
 Full text keeps its postings also packed per term (:mod:`.terms`); once a quarter of a kind's records are new
-since the last pack, or 1/32 rewritten or deleted, a worker thread of the store that wrote (:mod:`.repacker`, on
-a connection of its own) repacks them beside the writers, who wait only for its cut, one short statement (they
-used to wait for the whole repack: 0.4 s for the facts at 100,000, 6.6 s at a million); readers never wait.
+since the last pack, or 1/32 rewritten (in their search text) or deleted, 2,048 at most, a worker thread of the
+store that wrote (:mod:`.repacker`, on a connection of its own) repacks them beside the writers, who wait only for
+its cut, one short statement (they used to wait for the whole repack: 0.4 s for the facts at 100,000, 6.6 s at a
+million); readers never wait.
 
 Reads are one statement each (a text search reads its terms' postings in one, then checks the best documents
 against the scope in another, rarely more); a read whose connection dropped is retried
@@ -35,7 +36,9 @@ class PostgresStore(Writes, Reads, Search):
     (``maintenance_work_mem``): pgvector builds an HNSW graph quickly while it fits in it (~2 KB per 384-d vector)
     and about ten times more slowly past that; raise it to ~4,096 to load a million facts at 384-d.
     ``search_connections`` (1-16, default 2) is how many connections one search reads its candidate lists on at
-    once; 1 reads them in turn on the store's own connection and opens no other.
+    once; 1 reads them in turn on the store's own connection and opens no other. ``pack_cache_mb`` (default 64;
+    0: none) bounds the packed postings kept decoded in the client (:mod:`.pack_cache`): a search is sent only
+    the packs of its words that the store does not hold for the generation in use.
 
     >>> from tkg.backends.postgres import EmbeddedPostgres  # doctest: +SKIP
     >>> server = EmbeddedPostgres()  # doctest: +SKIP
