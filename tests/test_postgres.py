@@ -696,7 +696,7 @@ def test_a_search_is_sent_only_the_packs_it_does_not_hold_and_never_uses_those_o
         assert ranked(reader, "coffee espresso") == ranked(oracle, "coffee espresso")
         both = set(tokenize("coffee espresso"))  # as stemmed
         assert sent[-1] == both
-        assert reader._packs.stats()["packs"] == 2
+        assert reader._pack_cache.stats()["packs"] == 2
         assert ranked(reader, "espresso coffee") == ranked(oracle, "espresso coffee")
         assert sent[-1] == set()  # both held
         assert ranked(reader, "espresso tea") == ranked(oracle, "espresso tea")
@@ -948,17 +948,29 @@ def test_closing_a_store_cancels_its_repack_under_way_and_the_packs_in_use_stay_
         assert [h.id for h in again.text_search(Kind.ENTITY, "violin", 5, scope)] == ["a", "b"]
 
 
-def test_enough_stale_records_alone_trigger_a_repack(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("limits", "count"),
+    [
+        ({"STALE_MIN": 3, "STALE_SHARE": 0.0}, 6),
+        # a share of 1: all 12 records, were it not for STALE_MAX
+        ({"STALE_MIN": 2, "STALE_SHARE": 1.0, "STALE_MAX": 3}, 12),
+    ],
+    ids=["stale_min", "stale_max"],
+)
+def test_enough_stale_records_alone_trigger_a_repack(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, limits: dict[str, float], count: int
+) -> None:
     """Rewritten records (stale: found by record, not by term, so dearer to a query) are repacked after fewer of
-    them than new records need: here three rewrites, with no new record at all."""
+    them than new records need: here three rewrites, with no new record at all -- STALE_MIN of them, or STALE_MAX
+    however many records the kind holds."""
     from tkg.backends.postgres import terms
 
     monkeypatch.setattr(terms, "CHECK_EVERY", 1)
     monkeypatch.setattr(terms, "REPACK_MIN", 5)
-    monkeypatch.setattr(terms, "STALE_MIN", 3)
-    monkeypatch.setattr(terms, "STALE_SHARE", 0.0)
+    for name, value in limits.items():
+        monkeypatch.setattr(terms, name, value)
     schema = new_postgres_schema()
-    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(6)]
+    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(count)]
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
         store.write(WriteBatch(puts=entities))
         store.wait_for_maintenance()
@@ -1025,28 +1037,6 @@ def test_a_rewrite_that_keeps_the_search_text_keeps_its_postings_and_marks_nothi
         assert pack_state(server, schema)[1] == 1
         write(WriteBatch(puts=[dataclasses.replace(entities[2], summary="tea")]))
         assert pack_state(server, schema)[1] == 2
-
-
-def test_stale_records_call_for_a_repack_at_stale_max_however_many_records(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tkg.backends.postgres import terms
-
-    monkeypatch.setattr(terms, "CHECK_EVERY", 1)
-    monkeypatch.setattr(terms, "REPACK_MIN", 10)
-    monkeypatch.setattr(terms, "STALE_MIN", 2)
-    monkeypatch.setattr(terms, "STALE_SHARE", 1.0)  # a share of 1: all 12 records, were it not for STALE_MAX
-    monkeypatch.setattr(terms, "STALE_MAX", 3)
-    schema = new_postgres_schema()
-    entities = [Entity(id=f"e{i}", group_id="g", name=f"E{i}", created_at=T0, summary="coffee") for i in range(12)]
-    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
-        store.write(WriteBatch(puts=entities))
-        store.wait_for_maintenance()
-        upto = pack_state(server, schema)[0]
-        for i, expected in ((0, 1), (1, 2), (2, 0)):
-            store.write(WriteBatch(puts=[dataclasses.replace(entities[i], summary="tea")]))
-            store.wait_for_maintenance()
-            assert pack_state(server, schema) == (upto, expected, 0), i
 
 
 def test_a_store_checks_the_packs_at_its_first_write(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -272,10 +272,10 @@ class Search(Session):
             # Every posting of the query's terms is scored here, not in SQL (PostgreSQL's executor costs ~1 us per
             # posting it scores; a term's packed postings come as one value, or from the store's cache): the best
             # documents are then checked against the scope, best first, until k pass.
-            held = self._packs.held(kind, terms)
+            held = self._pack_cache.held(kind, terms)
             rows = cur.execute(postings, {**params, "held": list(held.packs), "held_gen": held.gen}).fetchall()
             read = read_postings(terms, rows, held)
-            self._packs.keep(kind, read.gen, read.packs)
+            self._pack_cache.keep(kind, read.gen, read.packs)
             seqs, scores = bm25_ranked(terms, read)
             checked: dict[int, str | None] = {}
             size = _FIRST_BATCH * k

@@ -74,7 +74,7 @@ class Session(Store):
         self._build_memory_mb = build_memory_mb
         if not isinstance(pack_cache_mb, int) or not 0 <= pack_cache_mb <= 2**20:
             raise ValidationError("pack_cache_mb must be an integer from 0 to 1048576")
-        self._packs = PackCache(pack_cache_mb * 2**20)  # .pack_cache: text searches' packed postings, decoded
+        self._pack_cache = PackCache(pack_cache_mb * 2**20)  # .pack_cache: text searches' packed postings, decoded
         if not _SCHEMA_RE.match(schema):
             raise ValidationError(f"schema {schema!r} is invalid: use 1-63 lower-case letters, digits and _")
         self.dim = dim
