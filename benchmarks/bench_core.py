@@ -536,8 +536,21 @@ def _unit(rows: npt.ArrayLike) -> npt.NDArray[np.float64]:
     return matrix / np.maximum(np.linalg.norm(matrix, axis=-1, keepdims=True), 1e-12)
 
 
-def exact_cuts(store: Store, vectors: npt.NDArray[np.float32], scope: Scope, k: int) -> npt.NDArray[np.float64]:
-    """Per query vector, the exact k-th best cosine (float64) over every fact of ``GROUP`` that ``scope`` admits."""
+#: The vector a fact is scored by in recall measurements.
+VectorOf = Callable[[Fact], npt.NDArray[np.float32]]
+
+
+def _held(fact: Fact) -> npt.NDArray[np.float32]:
+    assert fact.embedding is not None
+    return fact.embedding
+
+
+def exact_cuts(
+    store: Store, vectors: npt.NDArray[np.float32], scope: Scope, k: int, truth: VectorOf | None = None
+) -> npt.NDArray[np.float64]:
+    """Per query vector, the exact k-th best cosine (float64) over every fact of ``GROUP`` that ``scope`` admits;
+    ``truth``: the vector each fact is scored by (default: the one the store holds)."""
+    truth = truth or _held
     queries = _unit(vectors)
     best = np.full((len(queries), k), -np.inf)
     rows: list[npt.NDArray[np.float32]] = []
@@ -549,7 +562,7 @@ def exact_cuts(store: Store, vectors: npt.NDArray[np.float32], scope: Scope, k: 
 
     for fact in store.scan(tkg.Kind.FACT, frozenset({GROUP})):
         if fact.embedding is not None and scope.admits(fact):
-            rows.append(fact.embedding)
+            rows.append(truth(fact))
             if len(rows) == 65_536:
                 score()
     if rows:
@@ -558,19 +571,25 @@ def exact_cuts(store: Store, vectors: npt.NDArray[np.float32], scope: Scope, k: 
 
 
 def fact_recall(
-    store: Store, vectors: npt.NDArray[np.float32], cuts: npt.NDArray[np.float64], scope: Scope, k: int
+    store: Store,
+    vectors: npt.NDArray[np.float32],
+    cuts: npt.NDArray[np.float64],
+    scope: Scope,
+    k: int,
+    truth: VectorOf | None = None,
 ) -> dict[str, Any]:
     """recall@k of ``store``'s cosine search over facts (its index, approximate or not) against exact search, and
-    the time of each of those calls: of the exact top k (``cuts``, from :func:`exact_cuts` with the same scope),
-    the share returned; a returned fact counts when its exact score reaches the k-th best (ties at the cut: equal
-    texts have equal vectors)."""
+    the time of each of those calls: of the exact top k (``cuts``, from :func:`exact_cuts` with the same scope and
+    ``truth``), the share returned; a returned fact counts when its exact score reaches the k-th best (ties at the
+    cut: equal texts have equal vectors)."""
+    truth = truth or _held
     found, times = 0, []
     for vector, cut in zip(vectors, cuts.tolist(), strict=True):
         start = time.perf_counter()
         hits = store.vector_search(tkg.Kind.FACT, vector, k, scope)
         times.append(time.perf_counter() - start)
         facts = store.get(tkg.Kind.FACT, [hit.id for hit in hits])
-        exact = _unit([fact.embedding for fact in facts if fact is not None]) @ _unit(vector)
+        exact = _unit([truth(fact) for fact in facts if fact is not None]) @ _unit(vector)
         found += int(np.count_nonzero(exact >= cut - 1e-6))
     return {"recall": found / (k * len(vectors)), "queries": len(vectors), "k": k, "ms": summarise(times)}
 

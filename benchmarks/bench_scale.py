@@ -39,7 +39,9 @@ import render
 
 import tkg
 from tkg.backends.memory import InMemoryStore
+from tkg.backends.memory.precision import PRECISIONS
 from tkg.llm.rules import RulesLLM
+from tkg.models import Fact
 from tkg.timeline import make_scope
 
 NAME = "scale"
@@ -135,10 +137,13 @@ def worker_build(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict
     t0 = time.perf_counter()
     records, vocab, timings = bench_core.build_records(n_facts, rng, make_embedder(args))
     t1 = time.perf_counter()
-    store = InMemoryStore(dim=DIM, threads=args.threads)
+    store = InMemoryStore(dim=DIM, threads=args.threads, vector_precision=args.vector_precision)
     store.load(records)
     load_s = time.perf_counter() - t1
-    del records
+    # Recall against exact search over the vectors as embedded (a bfloat16 store holds them rounded).
+    originals = {r.id: r.embedding for r in records if isinstance(r, Fact) and r.embedding is not None}
+    result["recall_after_build"] = _recall(store, vocab, args, lambda fact, held=originals: held[fact.id])
+    del records, originals
     gc.collect()
     resident = rss_bytes() - baseline
     result["build"] = {
@@ -201,11 +206,23 @@ def worker_build(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict
     return result
 
 
+def _recall(
+    store: InMemoryStore, vocab: bench_core.Vocabulary, args: argparse.Namespace, truth: bench_core.VectorOf
+) -> dict[str, Any]:
+    """recall@10 of the store's fact cosine search against exact search with ``truth``'s vectors (the queries of
+    :func:`worker_load`'s recall)."""
+    queries = bench_core.query_texts(random.Random(bench_core.SEED + 1), vocab, args.warmup + args.queries)
+    vectors = make_embedder(args).embed(queries[args.warmup :][: bench_core.RECALL_QUERIES])
+    scope = make_scope(datetime.now(UTC), [GROUP])
+    cuts = bench_core.exact_cuts(store, vectors, scope, bench_core.RECALL_K, truth)
+    return bench_core.fact_recall(store, vectors, cuts, scope, bench_core.RECALL_K, truth)
+
+
 def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[str, Any]:
     gc.collect()
     baseline = rss_bytes()
     start = time.perf_counter()
-    loaded = InMemoryStore(dim=DIM)
+    loaded = InMemoryStore(dim=DIM, vector_precision=args.vector_precision)
     embedder = bench_core.TimedEmbedder(make_embedder(args))
     memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
     load_s = time.perf_counter() - start
@@ -237,7 +254,7 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
         if ef != DEFAULT_EF:
             del memory, loaded
             gc.collect()
-            loaded = InMemoryStore(dim=DIM, ef_search=ef)
+            loaded = InMemoryStore(dim=DIM, ef_search=ef, vector_precision=args.vector_precision)
             memory = tkg.Memory.load(snapshot, embedder=embedder, store=loaded)
         out["by_ef"][str(ef)] = {
             "recall": bench_core.fact_recall(loaded, vectors, cuts, scope, bench_core.RECALL_K),
@@ -286,6 +303,8 @@ def run_worker(kind: str, n_facts: int, args: argparse.Namespace, snapshot: Path
         ",".join(map(str, args.ef)),
         "--embedder",
         args.embedder,
+        "--vector-precision",
+        args.vector_precision,
         *(["--profile"] if args.profile else []),
     ]
     try:
@@ -301,7 +320,9 @@ def _r(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
-def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, started: str, seconds: float) -> dict:
+def build_payload(runs: list[dict[str, Any]], args: argparse.Namespace, started: str, seconds: float) -> dict:
+    first = args.precisions[0]
+    results = [r for r in runs if r.get("precision", "float32") == first]
     sizes = [r["facts"] for r in results]
     columns = ["metric", *[f"{n:,} facts" for n in sizes]]
 
@@ -385,6 +406,7 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
     ]
     largest = results[-1]
     at_target = largest if largest["facts"] >= TARGET_SIZE else None
+    precision_tables, precision_targets = _precision_comparison(runs, results, columns)
     targets = [
         render.target(
             "search p95 at 1M facts < 10 ms",
@@ -412,6 +434,7 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
             TARGET_SNAPSHOT_S,
             "s",
         ),
+        *precision_targets,
     ]
     return {
         "bench": NAME,
@@ -446,11 +469,12 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
                 "columns": columns,
                 "rows": breakdown_rows,
                 "notes": [
-                    "vectors: the records' float32 arrays, held once; hnsw_graph: hnswlib's own copy of each unit "
-                    "vector plus its links; bm25: bm25s arrays; columns: numpy filter columns; the rest of RSS is "
-                    "records (Python objects) and the id / adjacency / mention maps."
+                    f"vectors: the records' {first} arrays, held once; hnsw_graph: hnswlib's own copy of each unit "
+                    "vector (float32) plus its links; bm25: bm25s arrays; columns: numpy filter columns; the rest of "
+                    "RSS is records (Python objects) and the id / adjacency / mention maps."
                 ],
             },
+            *precision_tables,
         ],
         "plots": [
             {
@@ -491,8 +515,79 @@ def build_payload(results: list[dict[str, Any]], args: argparse.Namespace, start
             },
         ],
         "targets": targets,
-        "sizes": results,
+        "sizes": runs,
     }
+
+
+def _precision_comparison(
+    runs: list[dict[str, Any]], results: list[dict[str, Any]], columns: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A table per other vector precision beside the first (``results``), and its targets."""
+    base = results[0].get("precision", "float32") if results else "float32"
+    tables, targets = [], []
+    for precision in sorted({r.get("precision", "float32") for r in runs} - {base}):
+        other = {r["facts"]: r for r in runs if r.get("precision") == precision}
+        pairs = [(r, other.get(r["facts"])) for r in results]
+
+        def both(show: Callable[[dict[str, Any]], str], pairs: list[Any] = pairs) -> list[str | None]:
+            return [None if o is None else f"{show(r)} / {show(o)}" for r, o in pairs]
+
+        def vectors_kb(r: dict[str, Any]) -> str:
+            return f"{r['breakdown_mb']['vectors'] * 2**20 / r['facts'] / 1000:.2f}"
+
+        rows = [
+            ["KB per fact after build", *both(lambda r: f"{r['kb_per_fact']:.2f}")],
+            ["KB per fact after load", *both(lambda r: f"{r['loaded']['kb_per_fact']:.2f}")],
+            ["of which the store's vectors, KB per fact", *both(vectors_kb)],
+            [
+                "fact cosine recall@10 against exact over the vectors as embedded (after build)",
+                *both(lambda r: f"{r['recall_after_build']['recall']:.3f}"),
+            ],
+            ["search ms p50", *both(lambda r: f"{r['search']['ms']['p50']:.2f}")],
+            ["search ms p95", *both(lambda r: f"{r['search']['ms']['p95']:.2f}")],
+            ["add_episode engine ms p50", *both(lambda r: f"{r['add_episode_ms']['p50']:.2f}")],
+            ["snapshot load s", *both(lambda r: f"{r['loaded']['load_s']:.2f}")],
+        ]
+        tables.append(
+            {
+                "title": f'vectors kept at {precision} (InMemoryStore(vector_precision="{precision}")) beside {base}',
+                "columns": columns,
+                "rows": rows,
+                "notes": [
+                    f"Each cell: {base} / {precision}, the same graph built and loaded in fresh processes of the same "
+                    "run (sizes and precisions alternate).",
+                    "Recall here: right after the bulk load, the store's fact cosine search (k 10, ef_search "
+                    f"{DEFAULT_EF}) against exact cosine over the facts' vectors as the embedder gave them (a "
+                    f"{precision} store holds them rounded); a returned fact counts when that exact score reaches the "
+                    "10th best.",
+                    "hnswlib keeps its own float32 copy of each unit vector whatever the precision.",
+                ],
+            }
+        )
+        largest = pairs[-1] if pairs else (None, None)
+        at_target = largest if largest[0] is not None and largest[0]["facts"] >= TARGET_SIZE else (None, None)
+        _, top = at_target
+        targets.append(
+            render.target(
+                f"resident memory per fact < 3 KB (384-d, {precision} vectors)",
+                None if top is None else max(top["kb_per_fact"], top["loaded"]["kb_per_fact"]),
+                TARGET_KB_PER_FACT,
+                "KB",
+            )
+        )
+        loss = None
+        if top is not None and at_target[0] is not None:
+            loss = at_target[0]["recall_after_build"]["recall"] - top["recall_after_build"]["recall"]
+        targets.append(
+            render.target(
+                f"{precision} vectors: fact cosine recall@10 at 1M facts at most 0.01 below {base}'s",
+                loss,
+                0.01,
+                "",
+                strict=False,
+            )
+        )
+    return tables, targets
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -522,8 +617,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--load-only", metavar="DIR", help="skip the builds; load and search DIR/scale-N.tkg kept by --keep-snapshots"
     )
+    parser.add_argument(
+        "--precisions",
+        default="float32,bfloat16",
+        help="comma-separated InMemoryStore(vector_precision=...) values, each size run at each; the main tables "
+        "show the first, a table compares the others with it",
+    )
     parser.add_argument("--out", default=str(bench_core.OUT_DIR / f"{NAME}.json"))
     parser.add_argument("--worker", choices=["build", "load"], help=argparse.SUPPRESS)
+    parser.add_argument("--vector-precision", default="float32", choices=sorted(PRECISIONS), help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -531,6 +633,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.sizes, args.queries, args.adds = "2000,10000", 50, 30
     args.sizes = sorted(int(s) for s in str(args.sizes).split(","))
     args.ef = sorted(int(ef) for ef in str(args.ef).split(","))
+    args.precisions = [p.strip() for p in str(args.precisions).split(",") if p.strip()]
+    unknown = sorted(set(args.precisions) - set(PRECISIONS))
+    if unknown or not args.precisions:
+        parser.error(f"--precisions: each of {sorted(PRECISIONS)}, got {unknown or 'none'}")
     return args
 
 
@@ -545,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = []
     if args.load_only:
+        args.vector_precision = args.precisions[0]
         for n in args.sizes:
             snapshot = Path(args.load_only) / f"scale-{n}.tkg"
             print(f"-- {n:,} facts: load {snapshot} ...", flush=True)
@@ -561,14 +668,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefix="tkg-scale-", dir=bench_core.OUT_DIR if bench_core.OUT_DIR.is_dir() else None
     ) as tmp:
         for n in args.sizes:
-            snapshot = (kept or Path(tmp)) / f"scale-{n}.tkg"
-            print(f"-- {n:,} facts: build ...", flush=True)
-            result = run_worker("build", n, args, snapshot)
-            print(f"-- {n:,} facts: load ...", flush=True)
-            result["loaded"] = run_worker("load", n, args, snapshot)
-            if kept is None:
-                snapshot.unlink(missing_ok=True)
-            results.append(result)
+            for precision in args.precisions:
+                args.vector_precision = precision
+                snapshot = (kept or Path(tmp)) / f"scale-{n}{'' if precision == 'float32' else '-' + precision}.tkg"
+                print(f"-- {n:,} facts, {precision} vectors: build ...", flush=True)
+                result = run_worker("build", n, args, snapshot)
+                print(f"-- {n:,} facts, {precision} vectors: load ...", flush=True)
+                result["loaded"] = run_worker("load", n, args, snapshot)
+                if kept is None:
+                    snapshot.unlink(missing_ok=True)
+                result["precision"] = precision
+                results.append(result)
     payload = build_payload(results, args, started, time.perf_counter() - t0)
     render.print_tables(payload)
     for r in results:

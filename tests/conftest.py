@@ -34,15 +34,16 @@ def run_script_to_the_end(script: str, *args: str) -> None:
     assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
 
 
-def _memory_store(dim: int) -> Store:
-    # Small tails and thresholds so that tests exercise the HNSW graph, the bm25s rebuild and the fresh tails.
-    store = InMemoryStore(dim=dim, vector_tail=8)
+def small_memory_store(dim: int, vector_precision: str = "float32") -> InMemoryStore:
+    """An in-memory store with small tails and thresholds, so that tests exercise the HNSW graph, the bm25s
+    rebuild and the fresh tails."""
+    store = InMemoryStore(dim=dim, vector_tail=8, vector_precision=vector_precision)
     for index in store._texts.values():
         index._min_rebuild = 8
     return store
 
 
-BACKENDS: dict[str, Callable[[int], Store]] = {"memory": _memory_store, "reference": ReferenceStore}
+BACKENDS: dict[str, Callable[[int], Store]] = {"memory": small_memory_store, "reference": ReferenceStore}
 #: Backends that need a server: their factory is built from the session's server (see ``make_store``).
 SERVER_BACKENDS = ("postgres",)
 

@@ -276,7 +276,7 @@ def _internals(store: InMemoryStore) -> dict[str, object]:
         out[name] = dict(getattr(store, name).items())
     for kind, index in store._vectors.items():
         live = index.has_vec.view().nonzero()[0]
-        out[f"{kind}.vectors"] = [(int(s), index.vector(s).tobytes(), float(index._scale[s])) for s in live]
+        out[f"{kind}.vectors"] = [(int(s), index._stored(s).tobytes(), float(index._scale[s])) for s in live]
     return out
 
 

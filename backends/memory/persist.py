@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -151,11 +151,17 @@ def restore(store: InMemoryStore, records: RecordSet, sections: Sections | None)
         slot_map = {kind: np.arange(len(by_kind.get(kind, ())), dtype=np.int64) for kind in Kind}
     report: dict[str, Any] = {"format": version, "graphs": {}, "text": {}}
     tmp = tempfile.TemporaryDirectory(prefix="tkg-load.") if version == 2 and indexes["graphs"] else None
+    # Each kind's vectors as its index keeps them (the file's own matrix at float32); the rows hold views of them.
+    stored = {
+        kind: (vec_at, store._vectors[kind].precision.encode(matrix))
+        for kind, (vec_at, matrix) in records.vectors.items()
+        if kind in store._vectors
+    }
     try:
 
         def restore_vectors(kind: Kind, index: VectorIndex) -> bool:
             recs = by_kind.get(kind, [])
-            vec_at, matrix = records.vectors.get(kind, (np.zeros(0, np.int64), np.zeros((0, store.dim), np.float32)))
+            vec_at, matrix = stored.get(kind, (np.zeros(0, np.int64), np.zeros((0, store.dim), index.precision.dtype)))
             graph = indexes["graphs"].get(kind) if use_indexes else None
             if isinstance(graph, bytes | memoryview) and tmp is not None:  # format 2: hnswlib's own file
                 path = Path(tmp.name) / f"{kind.value}.hnsw"
@@ -175,7 +181,9 @@ def restore(store: InMemoryStore, records: RecordSet, sections: Sections | None)
                 if by_kind.get(kind)
             }
             for kind in Kind:
-                _restore_table(store, kind, by_kind.get(kind, []), slot_map[kind], records.times.get(kind, {}))
+                _restore_table(
+                    store, kind, by_kind.get(kind, []), slot_map[kind], records.times.get(kind, {}), stored.get(kind)
+                )
             for kind, restored in graphs.items():
                 report["graphs"][kind.value] = "loaded" if restored.result() else "rebuilt"
     finally:
@@ -249,14 +257,29 @@ def _restored_slots(records: dict[Kind, list[Record]], saved: dict[Kind, Any]) -
 
 
 def _restore_table(
-    store: InMemoryStore, kind: Kind, recs: list[Record], slots: Any, times: dict[str, npt.NDArray[np.int64]]
+    store: InMemoryStore,
+    kind: Kind,
+    recs: list[Record],
+    slots: Any,
+    times: dict[str, npt.NDArray[np.int64]],
+    stored: tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None,
 ) -> None:
+    """Fill ``kind``'s table; ``stored``: the positions of the records with a vector and those vectors as the
+    kind's index keeps them (the rows hold views of them)."""
     table: Table = store._tables[kind]
     n = len(recs)
     size = int(slots[-1]) + 1 if n else 0
     slot_list = slots.tolist()
-    vectors = map(attrgetter(VECTOR_FIELD[kind]), recs) if kind in VECTOR_FIELD else repeat(None)
-    rows = list(map(table.codec.pack, recs, vectors))  # the vectors are rows of the index's matrix already
+    vectors: Iterable[Any] = repeat(None)
+    if kind in VECTOR_FIELD and store._vectors[kind].precision.exact:
+        vectors = map(attrgetter(VECTOR_FIELD[kind]), recs)  # views of the index's matrix already
+    elif kind in VECTOR_FIELD and stored is not None:
+        views: list[Any] = [None] * n
+        for at, row in zip(stored[0].tolist(), stored[1], strict=True):
+            row.flags.writeable = False
+            views[at] = row
+        vectors = views
+    rows = list(map(table.codec.pack, recs, vectors))
     if size == n:  # no holes: slots are 0..n-1
         table.rows = ObjectList(rows)
     else:

@@ -29,6 +29,8 @@ from typing import Any, TypeAlias
 from tkg.codec import enum_fields, field_codes, record_maker
 from tkg.models import RECORD_TYPES, Kind, Record, Vector
 
+from .precision import Precision
+
 Row: TypeAlias = tuple[Any, ...]
 
 
@@ -50,10 +52,11 @@ def _members_of(members: Mapping[str, enum.Enum]) -> Callable[[Any], dict[str, e
 
 
 class RowCodec:
-    """The row form of one record type: :meth:`pack` a record (its vector given apart: the index's view of it),
-    :meth:`unpack` a row, :meth:`getter` for fields read straight from rows."""
+    """The row form of one record type: :meth:`pack` a record (its vector given apart: the index's view of its
+    stored row), :meth:`unpack` a row, :meth:`getter` for fields read straight from rows. ``vector``: how a stored
+    row becomes the record's vector (None: the row is the vector, float32)."""
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: Kind, vector: Callable[[Any], Vector | None] | None = None) -> None:
         cls = RECORD_TYPES[kind]
         codes = field_codes(cls)
         self.positions = {name: i for i, (name, _) in enumerate(codes)}
@@ -67,6 +70,8 @@ class RowCodec:
                 unpack[name] = members.__getitem__ if how == "val" else _members_of(members)
             elif code == "map":
                 pack[name], unpack[name] = _items, dict
+            elif code == "vec" and vector is not None:
+                unpack[name] = vector
         scope: dict[str, Any] = {f"w{i}": pack[name] for i, (name, _) in enumerate(codes) if name in pack}
         values = [
             "v" if code == "vec" else (f"w{i}(r.{name})" if name in pack else f"r.{name}")
@@ -99,5 +104,10 @@ class RowCodec:
         return itemgetter(*(self.positions[name] for name in names))
 
 
-#: One codec per kind.
+#: One codec per kind (for float32 vectors).
 CODECS: dict[Kind, RowCodec] = {kind: RowCodec(kind) for kind in Kind}
+
+
+def row_codecs(precision: Precision) -> dict[Kind, RowCodec]:
+    """One codec per kind for a store keeping its vectors at ``precision``."""
+    return CODECS if precision.exact else {kind: RowCodec(kind, precision.read) for kind in Kind}

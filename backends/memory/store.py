@@ -50,7 +50,8 @@ from tkg.timeutil import to_micros
 from . import persist
 from .arrays import any_of
 from .maintenance import Maintenance, Task
-from .rows import CODECS
+from .precision import PRECISIONS
+from .rows import CODECS, row_codecs
 from .tables import MAX, MIN, SetIndex, Table, Timeline, micros_or, name_key
 from .text import TextIndex
 from .vectors import Mask, VectorIndex
@@ -97,6 +98,10 @@ class InMemoryStore(Store):
     both for several values; with MiniLM vectors of 100k facts, 64 found 0.990 of the exact top 10 over facts and
     128 found 0.998, for ~0.2 ms more per search of a kind.
 
+    ``vector_precision="bfloat16"`` keeps each vector rounded to bfloat16, half the bytes of the store's own copy
+    (0.77 instead of 1.5 KB at 384-d; hnswlib's float32 copy for its graph is unchanged): records read back carry
+    the rounded values, and scores are those of the rounded vectors (:mod:`.precision`).
+
     >>> store = InMemoryStore(dim=384)
     >>> store.count(Kind.FACT)
     0
@@ -115,9 +120,15 @@ class InMemoryStore(Store):
         vector_tail: int = 512,
         threads: int = 1,
         background: bool = True,
+        vector_precision: str = "float32",
     ) -> None:
         if dim < 1:
             raise ValidationError("dim must be positive")
+        precision = PRECISIONS.get(vector_precision) if isinstance(vector_precision, str) else None
+        if precision is None:
+            raise ValidationError(
+                f"InMemoryStore: vector_precision must be one of {sorted(PRECISIONS)}, got {vector_precision!r}"
+            )
         for name, value, lowest in (
             ("hnsw_m", hnsw_m, 2),
             ("ef_construction", ef_construction, 1),
@@ -128,7 +139,9 @@ class InMemoryStore(Store):
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValidationError(f"InMemoryStore: {name} must be an integer of at least {lowest}, got {value!r}")
         self.dim = dim
-        self._tables = {kind: Table(kind) for kind in Kind}
+        self.vector_precision = precision.name
+        codecs = row_codecs(precision)
+        self._tables = {kind: Table(kind, codecs[kind]) for kind in Kind}
         self._vectors = {
             kind: VectorIndex(
                 dim,
@@ -137,6 +150,7 @@ class InMemoryStore(Store):
                 ef_search=ef_search,
                 tail_limit=vector_tail,
                 threads=threads,
+                precision=precision,
             )
             for kind in VECTOR_FIELD
         }

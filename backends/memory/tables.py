@@ -18,7 +18,7 @@ from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
 from .arrays import Column, ObjectList, any_of
-from .rows import CODECS, Row
+from .rows import CODECS, Row, RowCodec
 from .vectors import Mask
 
 MIN = np.iinfo(np.int64).min
@@ -150,9 +150,9 @@ def micros_or(value: datetime | None, missing: int) -> int:
 class Table:
     """Slots of one kind: the records (as rows), their ids, and the numpy columns that filters run on."""
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: Kind, codec: RowCodec | None = None) -> None:
         self.kind = kind
-        self.codec = CODECS[kind]
+        self.codec = CODECS[kind] if codec is None else codec
         self.rows = ObjectList()  # rows by slot (None: a deleted record's slot), out of the collector's walk
         self._made: dict[int, tuple[Row, Record]] = {}  # slot -> (its row, the record last made of it)
         self.slot_of: dict[str, int] = {}
