@@ -274,11 +274,15 @@ def _restore_table(
     if kind in VECTOR_FIELD and store._vectors[kind].precision.exact:
         vectors = map(attrgetter(VECTOR_FIELD[kind]), recs)  # views of the index's matrix already
     elif kind in VECTOR_FIELD and stored is not None:
-        views: list[Any] = [None] * n
-        for at, row in zip(stored[0].tolist(), stored[1], strict=True):
-            row.flags.writeable = False
-            views[at] = row
-        vectors = views
+        vec_at, matrix = stored
+        matrix.flags.writeable = False  # and so its rows
+        if len(vec_at) == n and (n < 2 or bool((np.diff(vec_at) > 0).all())):  # every record, in order
+            vectors = list(matrix)
+        else:
+            views: list[Any] = [None] * n
+            for at, row in zip(vec_at.tolist(), matrix, strict=True):
+                views[at] = row
+            vectors = views
     rows = list(map(table.codec.pack, recs, vectors))
     if size == n:  # no holes: slots are 0..n-1
         table.rows = ObjectList(rows)

@@ -72,7 +72,7 @@ class VectorIndex:
         precision: Precision = FLOAT32,
     ) -> None:
         self.dim = dim
-        self.precision = precision  # how rows are kept (.precision); every read and score uses the decoded values
+        self.precision = precision  # how rows are kept (see .precision); reads and scores use the decoded values
         self._chunks: list[npt.NDArray[Any]] = []  # matrices of stored rows; never reallocated
         self._fill = 0  # rows used in the last chunk
         self._chunk_of = Column(np.int32, -1)  # slot -> chunk of its row
@@ -456,8 +456,9 @@ class VectorIndex:
         # Few, big numpy calls: a restore runs on a helper thread beside Python-heavy work, and each call here
         # waits for the GIL.
         scales, decode = self._scale.view()[slots][:, None], self.precision.decode
-        for start in range(0, len(slots), _RESTORE_ROWS):
-            stop = min(start + _RESTORE_ROWS, len(slots))
+        step = _RESTORE_ROWS if self.precision.exact else _CHUNK  # decoded rows: a block that stays in cache
+        for start in range(0, len(slots), step):
+            stop = min(start + step, len(slots))
             if in_order:  # bit for bit what flush() gave hnswlib
                 np.multiply(decode(matrix[start:stop]), scales[start:stop], out=vectors[start:stop])
             else:
