@@ -590,6 +590,11 @@ def _precision_comparison(
     return tables, targets
 
 
+def _snapshot_name(n_facts: int, precision: str) -> str:
+    """scale-N.tkg (float32 vectors) or scale-N-<precision>.tkg."""
+    return f"scale-{n_facts}{'' if precision == 'float32' else '-' + precision}.tkg"
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated fact counts")
@@ -653,7 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.load_only:
         args.vector_precision = args.precisions[0]
         for n in args.sizes:
-            snapshot = Path(args.load_only) / f"scale-{n}.tkg"
+            snapshot = Path(args.load_only) / _snapshot_name(n, args.vector_precision)
             print(f"-- {n:,} facts: load {snapshot} ...", flush=True)
             loaded = run_worker("load", n, args, snapshot)
             print(json.dumps({k: v for k, v in loaded.items() if not k.endswith("profile")}, indent=1))
@@ -670,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in args.sizes:
             for precision in args.precisions:
                 args.vector_precision = precision
-                snapshot = (kept or Path(tmp)) / f"scale-{n}{'' if precision == 'float32' else '-' + precision}.tkg"
+                snapshot = (kept or Path(tmp)) / _snapshot_name(n, precision)
                 print(f"-- {n:,} facts, {precision} vectors: build ...", flush=True)
                 result = run_worker("build", n, args, snapshot)
                 print(f"-- {n:,} facts, {precision} vectors: load ...", flush=True)
