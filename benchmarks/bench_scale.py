@@ -564,9 +564,8 @@ def _precision_comparison(
                 ],
             }
         )
-        largest = pairs[-1] if pairs else (None, None)
-        at_target = largest if largest[0] is not None and largest[0]["facts"] >= TARGET_SIZE else (None, None)
-        _, top = at_target
+        # the largest size's pair, if it reaches the targets' size
+        ours, top = pairs[-1] if pairs and pairs[-1][0]["facts"] >= TARGET_SIZE else (None, None)
         targets.append(
             render.target(
                 f"resident memory per fact < 3 KB (384-d, {precision} vectors)",
@@ -576,8 +575,8 @@ def _precision_comparison(
             )
         )
         loss = None
-        if top is not None and at_target[0] is not None:
-            loss = at_target[0]["recall_after_build"]["recall"] - top["recall_after_build"]["recall"]
+        if ours is not None and top is not None:
+            loss = ours["recall_after_build"]["recall"] - top["recall_after_build"]["recall"]
         targets.append(
             render.target(
                 f"{precision} vectors: fact cosine recall@10 at 1M facts at most 0.01 below {base}'s",

@@ -80,9 +80,10 @@ class Precision:
         return self.decode(self.encode(np.asarray(values, dtype=np.float32)))
 
     def read(self, stored: npt.NDArray[Any] | None) -> Float32 | None:
-        """A stored row as a record carries it: float32, read-only (the row itself when nothing is decoded)."""
-        if stored is None or self.exact:
-            return stored
+        """A stored row as a record carries it: float32, read-only (the row codecs use it when rows are
+        encoded; float32 rows are the records' vectors as they are)."""
+        if stored is None:
+            return None
         values = self.decode(stored)
         values.flags.writeable = False
         return values

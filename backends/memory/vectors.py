@@ -263,8 +263,9 @@ class VectorIndex:
 
     # -- bulk restore (snapshots) ---------------------------------------------------------------------------
     def rows(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """The vectors of ``slots`` (which must have one), in order, read-only: a view when they are consecutive
-        rows of one chunk (as after a bulk load or a restore) kept as float32, else one gather per matrix chunk."""
+        """The vectors of ``slots`` (which must have one), in order, as float32: a read-only view when they are
+        consecutive rows of one float32 chunk (as after a bulk load or a restore), else one gather (and decode) per
+        matrix chunk."""
         if len(slots) and self.precision.exact:
             chunks = self._chunk_of.view()[slots]
             rows = self._row_of.view()[slots]
@@ -456,7 +457,7 @@ class VectorIndex:
         # Few, big numpy calls: a restore runs on a helper thread beside Python-heavy work, and each call here
         # waits for the GIL.
         scales, decode = self._scale.view()[slots][:, None], self.precision.decode
-        step = _RESTORE_ROWS if self.precision.exact else _CHUNK  # decoded rows: a block that stays in cache
+        step = _RESTORE_ROWS if self.precision.exact else _CHUNK  # decoded rows: a smaller temporary per step
         for start in range(0, len(slots), step):
             stop = min(start + step, len(slots))
             if in_order:  # bit for bit what flush() gave hnswlib
