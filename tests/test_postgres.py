@@ -297,15 +297,16 @@ def schema_at(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, version
 
 def put_rows(conn: psycopg.Connection[Any], schema: str, records: list[Record]) -> None:
     """The records' rows alone, as an older tkg wrote them (nothing a later schema derives from them)."""
-    from tkg.backends.postgres.records import row_values, upsert_statement
+    from tkg.backends.postgres.records import COLUMNS, row_values
     from tkg.backends.postgres.vectors import register_vector
 
     register_vector(conn)
     for record in records:
-        statement, values = upsert_statement(record.kind), row_values(record, DIM)
-        if record.kind is Kind.FACT:  # the sketch column came with schema 6
-            statement = statement.replace(", sketch)", ")").replace(", %s)", ")", 1)
-            statement, values = statement.replace(", sketch = excluded.sketch", ""), values[:-1]
+        # The record's columns (and an entity's names); not a fact's sketch (schema 6) nor indexed (schema 10).
+        columns = [*COLUMNS[record.kind], *(["names"] if record.kind is Kind.ENTITY else [])]
+        values = row_values(record, DIM)[: len(columns)]
+        table = pg_schema.TABLES[record.kind].name
+        statement = f"INSERT INTO {{s}}.{table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
         conn.execute(pg_schema.render(statement, schema), values)
 
 
@@ -420,6 +421,7 @@ def test_a_version_8_schema_keeps_its_packs_and_stale_records_on_upgrade(
                 "ADD PRIMARY KEY (term)"
             )
             conn.execute(f'ALTER TABLE "{schema}".{table}_stale DROP COLUMN mark')
+            conn.execute(f'ALTER TABLE "{schema}".{table} DROP COLUMN indexed')  # schema 10's, with its indexes
         conn.execute(f'ALTER TABLE "{schema}".packed DROP COLUMN gen, DROP COLUMN pending')
         conn.execute(f"UPDATE \"{schema}\".meta SET value = '8' WHERE key = 'schema_version'")
     scope = make_scope(T0 + timedelta(days=1), ["g"])
@@ -1207,8 +1209,8 @@ def test_connection_dropped_mid_episode_leaves_nothing(server: EmbeddedPostgres,
     upsert = PostgresStore._upsert
     dropped: list[str] = []
 
-    def drop_after_first_table(self: PostgresStore, cur: Any, kind: Kind, items: Any) -> None:
-        upsert(self, cur, kind, items)
+    def drop_after_first_table(self: PostgresStore, cur: Any, kind: Kind, items: Any, indexed: bool) -> None:
+        upsert(self, cur, kind, items, indexed)
         if not dropped:  # the episode row is written inside the transaction; now the connection dies
             dropped.append(kind.value)
             with admin(server) as killer:
@@ -1385,6 +1387,121 @@ def test_search_connections_must_be_a_small_positive_integer(server: EmbeddedPos
     for wrong in (0, 17, 1.5, "2"):
         with pytest.raises(ValidationError, match="search_connections"):
             PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema(), search_connections=wrong)  # type: ignore[arg-type]
+
+
+# -- vectors indexed off the writers' path -----------------------------------------------------------------------
+def _unindexed(server: EmbeddedPostgres, schema: str) -> dict[str, int]:
+    """Rows not in their table's HNSW index yet, by table, and the definitions of those indexes."""
+    with admin(server) as conn:
+        return {
+            table: conn.execute(f'SELECT count(*) FROM "{schema}".{table} WHERE NOT indexed').fetchone()[0]  # type: ignore[index]
+            for table, _ in pg_schema.VECTOR_TABLES.values()
+        }
+
+
+def _hnsw_definitions(server: EmbeddedPostgres, schema: str) -> list[str]:
+    with admin(server) as conn:
+        return [
+            conn.execute("SELECT pg_get_indexdef(%s::regclass)", [f'"{schema}".{table}_hnsw']).fetchone()[0]  # type: ignore[index]
+            for table, _ in pg_schema.VECTOR_TABLES.values()
+        ]
+
+
+def _people(n: int, seed: int, start: int = 0) -> list[Entity]:
+    rng = np.random.default_rng(seed)
+    return [
+        Entity(
+            id=f"e{i}",
+            group_id="g",
+            name=f"E{i}",
+            created_at=T0,
+            name_embedding=rng.standard_normal(DIM).astype(np.float32),
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def _same_cosine_answers(store: PostgresStore, oracle: Any, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    scope = make_scope(T0 + timedelta(days=1), ["g"])
+    for _ in range(12):
+        vector = rng.standard_normal(DIM).astype(np.float32)
+        for k in (1, 5, 30):
+            ours, theirs = (
+                store.vector_search(Kind.ENTITY, vector, k, scope),
+                oracle.vector_search(Kind.ENTITY, vector, k, scope),
+            )
+            assert [h.id for h in ours] == [h.id for h in theirs]
+            assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-5)
+
+
+def test_a_write_puts_its_rows_unindexed_and_searches_score_them_exactly_until_the_worker_indexes_them(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No HNSW insert runs in a writer's transaction (schema 10): the rows a write puts, new or rewritten, are out
+    of the partial HNSW indexes until the store's worker marks them indexed, and a cosine search meanwhile scores
+    them exactly beside the index walk: the reference store's answers before, during and after."""
+    from tkg.backends.postgres import writes
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(writes, "INDEX_EVERY", 10**9)  # the worker is asked by flush() alone
+    oracle = ReferenceStore(dim=DIM)
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as store:
+        assert all(d.endswith("WHERE indexed") for d in _hnsw_definitions(server, store.schema))
+        first = _people(60, seed=1)
+        for batch in (WriteBatch(puts=first),):
+            store.write(batch)
+            oracle.write(batch)
+        assert _unindexed(server, store.schema)["entities"] == 60
+        _same_cosine_answers(store, oracle, seed=2)
+        store.flush()
+        assert _unindexed(server, store.schema)["entities"] == 0
+        _same_cosine_answers(store, oracle, seed=2)
+        moved = [dataclasses.replace(e, name_embedding=-e.name_embedding) for e in first[:5]]  # type: ignore[operator]
+        batch = WriteBatch(puts=[*_people(20, seed=3, start=60), *moved])
+        store.write(batch)
+        oracle.write(batch)
+        assert _unindexed(server, store.schema)["entities"] == 25  # the new rows and the rewritten ones
+        _same_cosine_answers(store, oracle, seed=4)
+        store.flush()
+        assert _unindexed(server, store.schema)["entities"] == 0
+        _same_cosine_answers(store, oracle, seed=4)
+
+
+def test_the_worker_indexes_a_kind_once_a_store_put_enough_of_its_rows(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tkg.backends.postgres import writes
+
+    monkeypatch.setattr(writes, "INDEX_EVERY", 8)
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as store:
+        store.write(WriteBatch(puts=_people(5, seed=1)))
+        assert store.wait_for_maintenance(30)
+        assert _unindexed(server, store.schema)["entities"] == 5  # fewer than 8 since the last ask
+        store.write(WriteBatch(puts=_people(3, seed=2, start=5)))
+        assert store.wait_for_maintenance(30)
+        assert _unindexed(server, store.schema)["entities"] == 0
+
+
+def test_a_version_9_schema_keeps_its_rows_indexed_and_makes_its_hnsw_indexes_partial_on_upgrade(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tkg.backends.reference import ReferenceStore
+
+    schema = schema_at(server, monkeypatch, 9)
+    people = _people(40, seed=5)
+    with admin(server) as conn:
+        put_rows(conn, schema, people)
+        conn.execute(pg_schema.render("INSERT INTO {s}.counts VALUES ('entity', 'g', 40, 0)", schema))
+        assert (
+            "WHERE" not in conn.execute(f"SELECT pg_get_indexdef('\"{schema}\".entities_hnsw'::regclass)").fetchone()[0]
+        )  # type: ignore[index]
+    oracle = ReferenceStore(dim=DIM)
+    oracle.write(WriteBatch(puts=people))
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+        assert _unindexed(server, schema)["entities"] == 0
+        assert all(d.endswith("WHERE indexed") for d in _hnsw_definitions(server, schema))
+        _same_cosine_answers(upgraded, oracle, seed=6)
 
 
 # -- several processes ----------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Fact, Kind, Record
 from tkg.names import normalize_name
 from tkg.vector_sketches import sketch_text
 
-from .schema import TABLES
+from .schema import TABLES, VECTOR_TABLES
 
 #: Columns holding a map, stored as JSON (tkg.codec's tags for what JSON lacks).
 JSON_COLUMNS = frozenset({"attributes", "verdicts"})
@@ -116,8 +116,9 @@ def _json(record: Record, attributes: Mapping[str, Any]) -> Json:
     return Json(None, dumps=lambda _: text)
 
 
-def upsert_statement(kind: Kind) -> str:
-    """The insert-or-update of one row of ``kind`` (``{s}`` stands for the schema)."""
+def upsert_statement(kind: Kind, indexed: bool = False) -> str:
+    """The insert-or-update of one row of ``kind`` (``{s}`` stands for the schema); a row of a kind with vectors,
+    new or rewritten, is marked ``indexed`` or not (then the store's worker enters it into the HNSW index)."""
     table = TABLES[kind]
     columns = list(COLUMNS[kind])
     placeholders = ["%s"] * len(columns)
@@ -127,6 +128,9 @@ def upsert_statement(kind: Kind) -> str:
     elif kind is Kind.FACT:
         columns.append("sketch")
         placeholders.append("%s")
+    if kind in VECTOR_TABLES:
+        columns.append("indexed")
+        placeholders.append("true" if indexed else "false")
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in table.key)
     return (
         f"INSERT INTO {{s}}.{table.name} ({', '.join(columns)}) VALUES ({', '.join(placeholders)}) "

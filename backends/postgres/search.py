@@ -168,12 +168,13 @@ def bm25_ranked(terms: Sequence[str], read: Postings) -> tuple[npt.NDArray[np.in
 def _index_walk_or_exact(
     indexed: Any, exact: Any, params: dict[str, Any], k: int
 ) -> Callable[[psycopg.Cursor[Any]], list[Any]]:
-    """A read that runs ``indexed`` (a form that can walk the HNSW index) and, when the walk comes back with fewer
-    than ``k`` rows, ``exact`` (a scan that scores every admitted row)."""
+    """A read that runs ``indexed`` (a form that can walk the HNSW index, its rows flagged true in their last
+    column) and, when the walk comes back with fewer than ``k`` rows, ``exact`` (a scan that scores every admitted
+    row)."""
 
     def run(cur: psycopg.Cursor[Any]) -> list[Any]:
         rows = cur.execute(indexed, params).fetchall()
-        return rows if len(rows) >= k else cur.execute(exact, params).fetchall()
+        return rows if sum(row[-1] for row in rows) >= k else cur.execute(exact, params).fetchall()
 
     return run
 
@@ -201,21 +202,25 @@ class Search(Session):
         params: dict[str, Any] = {"q": query, "k": int(k)}
         where = scope_where(kind, scope, params)
         table = TABLES[kind].name
-        # The first form can use the HNSW index; the second (distance + 0 is no index key) is an exact scan,
-        # run only when the index walk came back short (fewer admitted rows than k, or a very selective filter).
-        indexed = self._q(
-            f"SELECT id, seq, {column} <=> %(q)s FROM {{s}}.{table} WHERE {column} IS NOT NULL AND {where} "
-            f"ORDER BY {column} <=> %(q)s LIMIT %(k)s"
+        # The first form walks the HNSW index over the rows in it (marked indexed) and scores the rows not in it yet
+        # exactly (distance + 0 is no index key; .worker indexes them after their write); the second is an exact
+        # scan of every row, run only when the index walk came back short (fewer admitted rows than k, or a very
+        # selective filter). The last column tells the walk's rows.
+        walk = self._q(
+            f"(SELECT id, seq, {column} <=> %(q)s, true FROM {{s}}.{table} WHERE indexed AND {column} IS NOT NULL "
+            f"AND {where} ORDER BY {column} <=> %(q)s LIMIT %(k)s) UNION ALL "
+            f"(SELECT id, seq, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE NOT indexed AND "
+            f"{column} IS NOT NULL AND {where} ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s)"
         )
         exact = self._q(
-            f"SELECT id, seq, {column} <=> %(q)s FROM {{s}}.{table} WHERE {column} IS NOT NULL AND {where} "
+            f"SELECT id, seq, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE {column} IS NOT NULL AND {where} "
             f"ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s"
         )
 
-        rows = self._read(_index_walk_or_exact(indexed, exact, params, k))
-        hits = [(_similarity(d), seq, rid) for rid, seq, d in rows]
+        rows = self._read(_index_walk_or_exact(walk, exact, params, k))
+        hits = [(_similarity(d), seq, rid) for rid, seq, d, _ in rows]
         hits.sort(key=lambda h: (-h[0], h[1]))
-        return [Hit(rid, score) for score, _, rid in hits]
+        return [Hit(rid, score) for score, _, rid in hits[:k]]
 
     def closest_facts(
         self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True

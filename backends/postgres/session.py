@@ -27,10 +27,10 @@ from tkg.storage import Store
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
 from .pack_cache import PackCache
-from .repacker import Repacker
 from .schema import Statements, ensure_schema, quote_ident
 from .terms import index_all, pack_all, postings_lock
 from .vectors import register_vector, sketch_all
+from .worker import Worker
 
 T = TypeVar("T")
 
@@ -95,13 +95,17 @@ class Session(Store):
         self._packs_lock = postings_lock(schema)  # .terms: writes hold it shared, a repack exclusively
         self._postings_since: Counter[Kind] = Counter()  # postings written or dropped since the last repack check
         self._packs_checked: set[Kind] = set()  # kinds whose packs this store has checked
-        # The worker that repacks them, on a connection of its own (opened at its first check).
-        repack_connection = functools.partial(connect, dsn, connect_timeout=connect_timeout)
-        self._repacker = Repacker(repack_connection, schema)
+        self._unindexed_since: Counter[Kind] = Counter()  # rows put unindexed since the worker was last asked
+        # The worker that repacks the packs and indexes the vectors, on a connection of its own (opened at its first
+        # task).
+        worker_connection = functools.partial(connect, dsn, connect_timeout=connect_timeout)
+        self._worker = Worker(worker_connection, schema)
         conn = connect(dsn, connect_timeout=connect_timeout)
         try:
             self._ext_schema, self._pgvector = ensure_vector_extension(conn)
-            settings = ensure_schema(conn, schema, dim, text_config, {3: index_all, 6: sketch_all, 9: pack_all})
+            settings = ensure_schema(
+                conn, schema, dim, text_config, {3: index_all, 6: sketch_all, 9: pack_all}, build_memory_mb
+            )
         except psycopg.Error as exc:
             conn.close()
             raise BackendError(f"cannot open the tkg schema {schema!r} at {describe(dsn)}: {exc}") from None
@@ -289,8 +293,8 @@ class Session(Store):
             )
 
     def close(self) -> None:
-        """Close the connections (the data stays in the database); a repack under way is cancelled."""
-        self._repacker.close()
+        """Close the connections (the data stays in the database); the worker's step under way is cancelled."""
+        self._worker.close()
         with self._readers_guard:
             workers, self._workers = self._workers, None
         if workers is not None:
@@ -305,9 +309,9 @@ class Session(Store):
 
     def __del__(self) -> None:
         # A store dropped without close() gives its connections back at once (servers limit connections).
-        repacker = getattr(self, "_repacker", None)
-        if repacker is not None:
-            repacker.close()
+        worker = getattr(self, "_worker", None)
+        if worker is not None:
+            worker.close()
         for conn in (getattr(self, "_conn", None), getattr(self, "_lock_conn", None), *getattr(self, "_spare", ())):
             if conn is not None and not conn.closed:
                 conn.close()

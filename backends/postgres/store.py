@@ -10,9 +10,11 @@ nothing of the batch behind. Several processes may share a database; :meth:`Post
 cross-process lock on one group that keeps two writers' read-modify-write cycles from interleaving.
 Full text keeps its postings also packed per term (:mod:`.terms`); once a quarter of a kind's records are new
 since the last pack, or 1/32 rewritten (in their search text) or deleted, 2,048 at most, a worker thread of the
-store that wrote (:mod:`.repacker`, on a connection of its own) repacks them beside the writers, who wait only for
+store that wrote (:mod:`.worker`, on a connection of its own) repacks them beside the writers, who wait only for
 its cut, one short statement (they used to wait for the whole repack: 0.4 s for the facts at 100,000, 6.6 s at a
-million); readers never wait.
+million); readers never wait. The same worker enters the rows a write put into their HNSW index after the write
+(a write puts them unindexed: no HNSW insert runs in its transaction), once the store has put
+:data:`.writes.INDEX_EVERY` of a kind; a cosine search walks the index and scores the rows not in it yet exactly.
 
 Reads are one statement each (a text search reads its terms' postings in one, then checks the best documents
 against the scope in another, rarely more); a read whose connection dropped is retried

@@ -16,9 +16,14 @@ from tkg.storage import WriteBatch
 
 from . import terms
 from .records import Prepared, key_filter, key_params, keys_of, prepare, upsert_statement
-from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED
+from .schema import ANALYZE, SEARCH_INDEXES, TABLES, VACUUM_LOADED, VECTOR_TABLES
 from .session import Session
 from .terms import Delta, add_postings, drop_postings
+from .worker import Task
+
+#: A store asks its worker to index a vector kind once its writes put this many rows of it unindexed (a search
+#: scores the unindexed rows exactly; the rows a closed store left are indexed at the next store's ask).
+INDEX_EVERY = 32
 
 Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
 
@@ -28,29 +33,37 @@ class Writes(Session):
         planned = prepare(batch.puts, self.dim)
         deletes = [(Kind(kind), str(rid)) for kind, rid in batch.deletes]
         self._transaction(lambda cur: self._apply(cur, planned, deletes))
-        self._repack_behind()
+        self._maintain_behind(planned)
 
-    def _repack_behind(self) -> None:
-        """Ask the repacker (.repacker, a worker thread) to check the kinds whose packs may be far behind: at this
-        store's first write of a kind, then once enough postings changed. The write is committed already and
-        returns at once; the repack runs beside the writers (.terms.repack_steps)."""
+    def _maintain_behind(self, planned: Planned) -> None:
+        """Hand the worker (.worker, a thread) what this write leaves behind, once it is committed (the write
+        returns at once; the worker runs beside the writers):
+
+        - the text kinds whose packs may be far behind, to check and repack (.terms.repack_steps): at this store's
+          first write of a kind, then once enough postings changed;
+        - the vector kinds of which this store put enough rows unindexed, to index them (.vectors.index_steps).
+        """
         with self._lock:  # the counters are this store's, shared by its threads
             due = [k for k, n in self._postings_since.items() if n >= terms.CHECK_EVERY or k not in self._packs_checked]
             for kind in due:
                 self._postings_since[kind] = 0
                 self._packs_checked.add(kind)  # the first write of each kind checks: a short-lived process writes few
-        if due:
-            self._repacker.ask(due)
+            self._unindexed_since.update({kind: len(planned[kind]) for kind in VECTOR_TABLES if kind in planned})
+            unindexed = [k for k, n in self._unindexed_since.items() if n >= INDEX_EVERY]
+            for kind in unindexed:
+                self._unindexed_since[kind] = 0
+        self._worker.ask([*((Task.REPACK, k) for k in due), *((Task.INDEX, k) for k in unindexed)])
 
     def flush(self) -> None:
-        """Check every text kind's packs now and repack those far behind; returns once done (a store does this on
-        its own, after its writes, off their path)."""
-        self._repacker.ask(TEXT_KINDS)
-        self._repacker.wait()
+        """Check every text kind's packs now and repack those far behind, and index every vector kind's unindexed
+        rows; returns once done (a store does this on its own, after its writes, off their path)."""
+        self._worker.ask([*((Task.REPACK, k) for k in TEXT_KINDS), *((Task.INDEX, k) for k in VECTOR_TABLES)])
+        self._worker.wait()
 
     def wait_for_maintenance(self, timeout: float | None = None) -> bool:
-        """Wait until the repacks the writes asked for are done (tests and benchmarks); False on timeout."""
-        return self._repacker.wait(timeout)
+        """Wait until the repacks and indexing the writes asked for are done (tests and benchmarks); False on
+        timeout."""
+        return self._worker.wait(timeout)
 
     def load(self, records: Iterable[Record]) -> None:
         """Bulk-load records into an empty store (snapshot import): one transaction, search indexes built once at
@@ -68,7 +81,7 @@ class Writes(Session):
             cur.execute("SELECT set_config('maintenance_work_mem', %s, true)", [f"{self._build_memory_mb}MB"])
             for name in SEARCH_INDEXES:
                 cur.execute(self._q(f"DROP INDEX IF EXISTS {{s}}.{name}"))
-            self._apply(cur, planned, [])
+            self._apply(cur, planned, [], indexed=True)  # the HNSW indexes are built below
             for kind in TEXT_KINDS:
                 terms.repack(cur, self._q, kind, self.schema)
             for statement in SEARCH_INDEXES.values():
@@ -81,8 +94,11 @@ class Writes(Session):
         # for other writes).
         self._read(lambda cur: cur.execute(self._q(VACUUM_LOADED)))
 
-    def _apply(self, cur: psycopg.Cursor[Any], planned: Planned, deletes: list[tuple[Kind, str]]) -> None:
-        """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts."""
+    def _apply(
+        self, cur: psycopg.Cursor[Any], planned: Planned, deletes: list[tuple[Kind, str]], *, indexed: bool = False
+    ) -> None:
+        """Reference checks (tkg.integrity, against what the transaction sees), then puts, deletes, counts. The
+        rows put are marked ``indexed`` (else the worker indexes them: .vectors.index_steps)."""
         # First: no repack of the packed postings runs while this transaction may write postings (.terms).
         cur.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [self._packs_lock])
         check_write([p.record for items in planned.values() for p in items.values()], deletes, self._held(cur))
@@ -103,7 +119,7 @@ class Writes(Session):
                 same = _same_text(kind, existing, items)
                 if existing:
                     self._drop_derived(cur, kind, [key[0] for key in items], text, same)
-                self._upsert(cur, kind, list(items.values()))
+                self._upsert(cur, kind, list(items.values()), indexed)
                 self._add_derived(cur, kind, [item.record for item in items.values()], text, same)
         deleted = keys_of(deletes)
         for kind, keys in deleted.items():
@@ -149,8 +165,8 @@ class Writes(Session):
                     [[j[0] for j in judged], [j[1] for j in judged]],
                 )
 
-    def _upsert(self, cur: psycopg.Cursor[Any], kind: Kind, items: list[Prepared]) -> None:
-        cur.executemany(self._q(upsert_statement(kind)), [p.values for p in items])
+    def _upsert(self, cur: psycopg.Cursor[Any], kind: Kind, items: list[Prepared], indexed: bool) -> None:
+        cur.executemany(self._q(upsert_statement(kind, indexed)), [p.values for p in items])
 
     def _existing(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
         """The rows of ``keys`` that exist, locked: (seq, group_id), then for a text kind id and the
