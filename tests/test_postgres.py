@@ -1468,7 +1468,7 @@ def test_a_write_puts_its_rows_unindexed_and_searches_score_them_exactly_until_t
         _same_cosine_answers(store, oracle, seed=4)
 
 
-def test_the_worker_indexes_a_kind_once_a_store_put_enough_of_its_rows(
+def test_the_worker_indexes_a_kind_once_a_store_put_enough_of_its_rows_and_the_rest_on_close(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tkg.backends.postgres import writes
@@ -1481,6 +1481,9 @@ def test_the_worker_indexes_a_kind_once_a_store_put_enough_of_its_rows(
         store.write(WriteBatch(puts=_people(3, seed=2, start=5)))
         assert store.wait_for_maintenance(30)
         assert _unindexed(server, store.schema)["entities"] == 0
+        store.write(WriteBatch(puts=_people(2, seed=3, start=8)))
+        assert _unindexed(server, store.schema)["entities"] == 2
+    assert _unindexed(server, store.schema)["entities"] == 0  # what a store leaves, it indexes as it closes
 
 
 def test_a_version_9_schema_keeps_its_rows_indexed_and_makes_its_hnsw_indexes_partial_on_upgrade(

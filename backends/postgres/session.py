@@ -8,7 +8,9 @@ live in :mod:`.reads`, :mod:`.search` and :mod:`.writes`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import logging
 import re
 import threading
@@ -29,7 +31,7 @@ from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vecto
 from .pack_cache import PackCache
 from .schema import Statements, ensure_schema, quote_ident
 from .terms import index_all, pack_all, postings_lock
-from .vectors import register_vector, sketch_all
+from .vectors import INDEX_BATCH, index_steps, register_vector, sketch_all
 from .worker import Worker
 
 T = TypeVar("T")
@@ -293,7 +295,19 @@ class Session(Store):
             )
 
     def close(self) -> None:
-        """Close the connections (the data stays in the database); the worker's step under way is cancelled."""
+        """Close the connections (the data stays in the database). The rows this store put that its worker was not
+        asked to index yet (fewer than ``INDEX_EVERY`` of a kind, .writes) are indexed first, on the store's own
+        connection, so that short-lived processes leave none behind; the worker's step under way is cancelled."""
+        with self._lock:
+            left = {kind: n for kind, n in self._unindexed_since.items() if n}
+            self._unindexed_since.clear()
+            conn = self._conn
+            if left and conn is not None and not conn.closed and not conn.broken:
+                with contextlib.suppress(psycopg.Error):  # a server gone: the next store that writes indexes them
+                    for kind, n in left.items():
+                        with contextlib.closing(index_steps(conn, self._q, kind)) as steps:
+                            for _ in itertools.islice(steps, -(-n // INDEX_BATCH)):  # at most the steps it left
+                                pass
         self._worker.close()
         with self._readers_guard:
             workers, self._workers = self._workers, None

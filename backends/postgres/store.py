@@ -14,7 +14,8 @@ store that wrote (:mod:`.worker`, on a connection of its own) repacks them besid
 its cut, one short statement (they used to wait for the whole repack: 0.4 s for the facts at 100,000, 6.6 s at a
 million); readers never wait. The same worker enters the rows a write put into their HNSW index after the write
 (a write puts them unindexed: no HNSW insert runs in its transaction), once the store has put
-:data:`.writes.INDEX_EVERY` of a kind; a cosine search walks the index and scores the rows not in it yet exactly.
+:data:`.writes.INDEX_EVERY` of a kind (and as it closes, those left); a cosine search walks the index and scores
+the rows not in it yet exactly.
 
 Reads are one statement each (a text search reads its terms' postings in one, then checks the best documents
 against the scope in another, rarely more); a read whose connection dropped is retried
