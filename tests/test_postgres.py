@@ -1462,6 +1462,7 @@ def test_a_write_puts_its_rows_unindexed_and_searches_score_them_exactly_until_t
         store.write(batch)
         oracle.write(batch)
         assert _unindexed(server, store.schema)["entities"] == 25  # the new rows and the rewritten ones
+        assert store.stats()["unindexed_vectors"] == {"episode": 0, "entity": 25, "fact": 0, "community": 0}
         _same_cosine_answers(store, oracle, seed=4)
         store.flush()
         assert _unindexed(server, store.schema)["entities"] == 0

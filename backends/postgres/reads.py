@@ -13,6 +13,7 @@ from tkg.timeline import Scope
 
 from .connection import describe
 from .records import COLUMNS, from_row, from_rows, key_filter, key_params, keys_of, select
+from .schema import VECTOR_TABLES
 from .scope import scope_where
 from .session import Session
 
@@ -221,8 +222,20 @@ class Reads(Session):
             lambda cur: cur.execute(self._q("SELECT kind, sum(n) FROM {s}.counts GROUP BY kind")).fetchall()
         )
         counts = {str(k): int(n) for k, n in rows}
+        unindexed = self._read(
+            lambda cur: cur.execute(
+                self._q(
+                    " UNION ALL ".join(
+                        f"SELECT '{kind.value}', count(*) FROM {{s}}.{table} WHERE NOT indexed"
+                        for kind, (table, _) in VECTOR_TABLES.items()
+                    )
+                )
+            ).fetchall()
+        )
         return {
             "records": {kind.value: counts.get(kind.value, 0) for kind in Kind},
+            # rows the worker has not entered into their HNSW index yet (searched exactly meanwhile)
+            "unindexed_vectors": {str(k): int(n) for k, n in unindexed},
             "groups": len(self.groups()),
             "backend": f"postgres ({describe(self._dsn)}, schema {self.schema})",
         }
