@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from tkg.errors import BackendError
-from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
+from tkg.models import VECTOR_FIELD, Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
 from tkg.vector_sketches import BITS
 
 from .connection import connect, describe
@@ -149,12 +149,7 @@ _V1_TEXT_INDEXES = [
 ]
 
 #: The tables with a vector column, and the column.
-VECTOR_TABLES: dict[Kind, tuple[str, str]] = {
-    Kind.EPISODE: ("episodes", "embedding"),
-    Kind.ENTITY: ("entities", "name_embedding"),
-    Kind.FACT: ("facts", "embedding"),
-    Kind.COMMUNITY: ("communities", "name_embedding"),
-}
+VECTOR_TABLES: dict[Kind, tuple[str, str]] = {kind: (TABLES[kind].name, field) for kind, field in VECTOR_FIELD.items()}
 
 # Version 1's vector indexes: every row of a table in its HNSW index (version 10 made them partial).
 _V1_SEARCH_INDEXES = [

@@ -168,9 +168,9 @@ def bm25_ranked(terms: Sequence[str], read: Postings) -> tuple[npt.NDArray[np.in
 def _index_walk_or_exact(
     indexed: Any, exact: Any, params: dict[str, Any], k: int
 ) -> Callable[[psycopg.Cursor[Any]], list[Any]]:
-    """A read that runs ``indexed`` (a form that can walk the HNSW index, its rows flagged true in their last
-    column) and, when the walk comes back with fewer than ``k`` rows, ``exact`` (a scan that scores every admitted
-    row)."""
+    """A read that runs ``indexed`` (a form that can walk the HNSW index, the walk's rows flagged true in their
+    last column) and, when the walk comes back with fewer than ``k`` rows, ``exact`` (a scan that scores every
+    admitted row)."""
 
     def run(cur: psycopg.Cursor[Any]) -> list[Any]:
         rows = cur.execute(indexed, params).fetchall()
