@@ -1391,7 +1391,8 @@ def test_search_connections_must_be_a_small_positive_integer(server: EmbeddedPos
 
 # -- vectors indexed off the writers' path -----------------------------------------------------------------------
 def _unindexed(server: EmbeddedPostgres, schema: str) -> dict[str, int]:
-    """Rows not in their table's HNSW index yet, by table, and the definitions of those indexes."""
+    """Rows not in their table's HNSW index yet, by table (read on a connection of its own: also after a store
+    closed)."""
     with admin(server) as conn:
         return {
             table: conn.execute(f'SELECT count(*) FROM "{schema}".{table} WHERE NOT indexed').fetchone()[0]  # type: ignore[index]
@@ -1449,9 +1450,8 @@ def test_a_write_puts_its_rows_unindexed_and_searches_score_them_exactly_until_t
     with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as store:
         assert all(d.endswith("WHERE indexed") for d in _hnsw_definitions(server, store.schema))
         first = _people(60, seed=1)
-        for batch in (WriteBatch(puts=first),):
-            store.write(batch)
-            oracle.write(batch)
+        store.write(WriteBatch(puts=first))
+        oracle.write(WriteBatch(puts=first))
         assert _unindexed(server, store.schema)["entities"] == 60
         _same_cosine_answers(store, oracle, seed=2)
         store.flush()
