@@ -238,21 +238,28 @@ class Search(Session):
             "exact": EXACT_UP_TO,
         }
         # The neighbourhood's sketches come from an index-only scan of the (entity, relation) indexes, which carry
-        # them (schema 6); the closest by sketch (all of them up to EXACT_UP_TO) are read from the table and scored
-        # exactly, as the in-memory store does (tkg.vector_sketches). Not the HNSW index: its walk under this filter
-        # is crowded out by the facts the filter refuses, those of the other relations or of other entities.
+        # them (schema 6). Up to EXACT_UP_TO facts, every one is scored exactly, read through the same indexes
+        # straight from the table; above, the closest by sketch are read by seq and scored exactly, as the
+        # in-memory store does (tkg.vector_sketches). Not the HNSW index: its walk under this filter is crowded
+        # out by the facts the filter refuses, those of the other relations or of other entities.
         columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
         op = "=" if same else "<>"
+        around = (
+            "SELECT {picked} FROM {{s}}.facts WHERE source_id = ANY(%(ids)s::text[]) "
+            f"AND relation {op} %(relation)s AND sketch IS NOT NULL{{when}} UNION ALL "
+            "SELECT {picked} FROM {{s}}.facts WHERE target_id = ANY(%(ids)s::text[]) "
+            f"AND relation {op} %(relation)s AND NOT source_id = ANY(%(ids)s::text[]) AND sketch IS NOT NULL{{when}}"
+        )
         statement = self._q(
             "WITH around AS MATERIALIZED ("
-            "SELECT seq, sketch FROM {s}.facts WHERE source_id = ANY(%(ids)s::text[]) "
-            f"AND relation {op} %(relation)s AND sketch IS NOT NULL UNION ALL "
-            "SELECT seq, sketch FROM {s}.facts WHERE target_id = ANY(%(ids)s::text[]) "
-            f"AND relation {op} %(relation)s AND NOT source_id = ANY(%(ids)s::text[]) AND sketch IS NOT NULL), "
-            f"closest AS (SELECT seq FROM around ORDER BY bit_count(sketch # %(mine)s::bit({BITS})), seq "
-            "LIMIT (SELECT CASE WHEN count(*) > %(exact)s THEN %(want)s END FROM around)), "
-            "best AS (SELECT seq, embedding <=> %(q)s AS distance FROM {s}.facts "
-            "WHERE seq IN (SELECT seq FROM closest) ORDER BY distance, seq LIMIT %(k)s) "
+            + around.format(picked="seq, sketch", when="")
+            + "), many AS MATERIALIZED (SELECT count(*) > %(exact)s AS many FROM around), "
+            "closest AS (SELECT seq FROM around WHERE (SELECT many FROM many) "
+            f"ORDER BY bit_count(sketch # %(mine)s::bit({BITS})), seq LIMIT %(want)s), "
+            "scored AS (SELECT seq, embedding <=> %(q)s AS distance FROM {s}.facts "
+            "WHERE seq IN (SELECT seq FROM closest) UNION ALL "
+            + around.format(picked="seq, embedding <=> %(q)s", when=" AND NOT (SELECT many FROM many)")
+            + "), best AS (SELECT seq, distance FROM scored ORDER BY distance, seq LIMIT %(k)s) "
             f"{columns}, best.distance FROM best JOIN {{s}}.facts USING (seq) ORDER BY best.distance, seq"
         )
         rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
