@@ -573,7 +573,7 @@ class EpisodePlanner:
         settled = invalidation.history(linked, self._stated(linked, plan), single, self.now)
         for fact_id, fact in settled.items():
             before = pool[fact_id]
-            if fact == before:
+            if fact is before:  # history() gives back the facts it does not change
                 continue
             if fact_id == new.id:
                 if fact.invalidated_by is not None:
@@ -591,7 +591,8 @@ class EpisodePlanner:
         """The facts linked to ``seed`` through statements or contradictions (:func:`tkg.invalidation.component`)
         among the facts touching its two ends, as the plan now has them: walked link by link from the store
         (the same slot, the same statement, a verdict either way round) instead of reading every fact of both
-        ends."""
+        ends; the facts reached at one step are followed together, a few store reads a step (a statement restated
+        a thousand times is one step, not a thousand reads)."""
         ends = {seed.source_id, seed.target_id}
         single = self.settings.ontology.single_valued
         planned = [f for f in plan.facts.values() if f.source_id in ends or f.target_id in ends]
@@ -604,34 +605,37 @@ class EpisodePlanner:
             ]
 
         found = {seed.id: seed}
-        queue = [seed]
+        step = [seed]
         walked: set[tuple[str, ...]] = set()
-        while queue:
-            fact = queue.pop()
+        while step:
             links: list[Fact] = []
-            if single(fact.relation):  # one slot: every object contradicts every other
-                slot = (fact.source_id, fact.relation)
-                if slot not in walked:
-                    walked.add(slot)
-                    links += [f for f in current(self._slot(*slot)) if f.source_id == fact.source_id]
-                    links += [f for f in planned if (f.source_id, f.relation) == slot]
-            else:  # the same statement: same ends, relation and sentence
-                statement = invalidation.statement_key(fact)
-                if statement not in walked:
-                    walked.add(statement)
-                    pair = current(self._between([(fact.source_id, fact.target_id)])) + planned
-                    links += [f for f in pair if invalidation.statement_key(f) == statement]
-            named = sorted(i for i, v in fact.verdicts.items() if v is not Verdict.COMPATIBLE and i not in found)
+            named: set[str] = set()
+            for fact in step:
+                if single(fact.relation):  # one slot: every object contradicts every other
+                    slot = (fact.source_id, fact.relation)
+                    if slot not in walked:
+                        walked.add(slot)
+                        links += [f for f in current(self._slot(*slot)) if f.source_id == fact.source_id]
+                        links += [f for f in planned if (f.source_id, f.relation) == slot]
+                else:  # the same statement: same ends, relation and sentence
+                    statement = invalidation.statement_key(fact)
+                    if statement not in walked:
+                        walked.add(statement)
+                        pair = current(self._between([(fact.source_id, fact.target_id)])) + planned
+                        links += [f for f in pair if invalidation.statement_key(f) == statement]
+                named.update(i for i, v in fact.verdicts.items() if v is not Verdict.COMPATIBLE and i not in found)
             if named:
-                links += current([plan.facts[i] for i in named if i in plan.facts])
-                links += current(self.store.get(Kind.FACT, [i for i in named if i not in plan.facts]))
-            for f in [*current(self.store.facts_judging([fact.id], sorted(ends))), *planned]:
-                if f.verdicts.get(fact.id, Verdict.COMPATIBLE) is not Verdict.COMPATIBLE:
+                links += current([plan.facts[i] for i in sorted(named) if i in plan.facts])
+                links += current(self.store.get(Kind.FACT, sorted(i for i in named if i not in plan.facts)))
+            judged = {fact.id for fact in step}
+            for f in [*current(self.store.facts_judging(sorted(judged), sorted(ends))), *planned]:
+                if any(v is not Verdict.COMPATIBLE and i in judged for i, v in f.verdicts.items()):
                     links.append(f)
+            step = []
             for f in links:
                 if f.id not in found:
                     found[f.id] = f
-                    queue.append(f)
+                    step.append(f)
         return found
 
     def _slot(self, source_id: str, relation: str) -> list[Fact]:

@@ -228,31 +228,34 @@ def history(
     now: datetime,
 ) -> dict[str, Fact]:
     """The valid-time history of ``facts`` by the rules above: every fact, superseded or not, as it must now be
-    stored. ``stated`` maps each fact id to the time it was stated (the reference time of its earliest episode);
-    ``now`` is the transaction time of any change. ``facts`` must hold every fact linked to another by a statement
-    or a contradiction (a component); facts outside it are not consulted."""
-    plain = {f.id: as_stated(f) for f in facts}
-    classes, conflicts = statements(list(plain.values()), single_valued)
-    order = sorted(plain.values(), key=lambda f: _sweep_key(f, stated))
-    result: dict[str, Fact] = {}
-    holding: list[str] = []
+    stored (a fact whose history does not change is returned as given, the same object). ``stated`` maps each
+    fact id to the time it was stated (the reference time of its earliest episode); ``now`` is the transaction time
+    of any change. ``facts`` must hold every fact linked to another by a statement or a contradiction (a
+    component); facts outside it are not consulted."""
+    # The sweep reads a fact's own interval, statement and verdicts, none of which a supersession changes: it runs
+    # over the facts as given and notes only who ends whom, when; each fact is rebuilt at most once, at the end.
+    classes, conflicts = statements(facts, single_valued)
+    ends = {f.id: own_end(f) for f in facts}
+    order = sorted(facts, key=lambda f: _sweep_key(f, stated))
+    superseded: dict[str, tuple[datetime, str]] = {}  # fact id -> (the end it is given, the fact that ends it)
+    holding: list[Fact] = []
     for fact in order:
         start = fact.valid_at
-        holding = [h for h in holding if _holds_at(result[h], start)]
+        holding = [h for h in holding if _holds_at(h, ends[h.id], start)]
         statement = classes.find(fact.id)
-        restated = next((h for h in holding if classes.find(h) == statement), None)
+        restated = next((h for h in holding if classes.find(h.id) == statement), None)
         if restated is not None:
-            result[fact.id] = _superseded(fact, start if start is not None else _NEVER, result[restated])
+            superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
-        for h in list(holding):
-            if (classes.find(h), statement) in conflicts:
-                result[h] = _superseded(result[h], ended, fact)
-                holding.remove(h)
-        holding.append(fact.id)
-        result[fact.id] = fact
-    given = {f.id: f for f in facts}
-    return {fid: _stamped(fact, given[fid], now) for fid, fact in result.items()}
+        kept = []
+        for h in holding:
+            if (classes.find(h.id), statement) in conflicts:
+                superseded[h.id] = (ended, fact.id)
+            else:
+                kept.append(h)
+        holding = [*kept, fact]
+    return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now) for f in order}
 
 
 def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
@@ -270,29 +273,34 @@ def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]
     )
 
 
-def _holds_at(fact: Fact, start: datetime | None) -> bool:
-    """Does ``fact`` (not superseded yet) still hold at ``start`` (``None``: since forever)? A fact that starts at
-    the same instant counts, even an empty one (as in :func:`overlaps`)."""
-    end = fact.invalid_at
+def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:
+    """Does ``fact``, not superseded and ending at ``end`` (its own end), still hold at ``start`` (``None``: since
+    forever)? A fact that starts at the same instant counts, even an empty one (as in :func:`overlaps`)."""
     return end is None or start is None or end > start or fact.valid_at == start
 
 
-def _superseded(fact: Fact, end: datetime, by: Fact) -> Fact:
-    if fact.valid_at is not None and end < fact.valid_at:
-        end = fact.valid_at
+def _settled(fact: Fact, own: datetime | None, superseded: tuple[datetime, str] | None, now: datetime) -> Fact:
+    """``fact`` as the sweep leaves it: holding to its ``own`` end, or ``superseded`` (the end it is given, never
+    before its start, and the fact that ends it) with its transaction time: a supersession the store already
+    records keeps its ``expired_at``; a new one is learnt ``now``. ``fact`` itself when nothing changes."""
+    if superseded is None:
+        state: tuple[datetime | None, str | None, datetime | None, datetime | None] = (own, None, None, None)
+    else:
+        end, by = superseded
+        if fact.valid_at is not None and end < fact.valid_at:
+            end = fact.valid_at
+        known = fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None
+        state = (end, by, own, fact.expired_at if known else max(now, fact.created_at))
+    if state == (fact.invalid_at, fact.invalidated_by, fact.prior_invalid_at, fact.expired_at):
+        return fact
+    invalid_at, invalidated_by, prior_invalid_at, expired_at = state
     return evolve(
-        fact, invalid_at=end, invalidated_by=by.id, prior_invalid_at=fact.invalid_at, expired_at=fact.created_at
+        fact,
+        invalid_at=invalid_at,
+        invalidated_by=invalidated_by,
+        prior_invalid_at=prior_invalid_at,
+        expired_at=expired_at,
     )
-
-
-def _stamped(new: Fact, old: Fact, now: datetime) -> Fact:
-    """``new`` with its transaction time: a supersession the store already records keeps its ``expired_at``; a
-    new one is learnt ``now``; a fact no longer superseded has none."""
-    if new.invalidated_by is None:
-        return evolve(new, expired_at=None) if new.expired_at is not None else new
-    same = old.invalidated_by == new.invalidated_by and old.invalid_at == new.invalid_at and old.expired_at is not None
-    expired = old.expired_at if same else max(now, new.created_at)
-    return evolve(new, expired_at=expired)
 
 
 def component(seeds: Iterable[str], facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> list[Fact]:
