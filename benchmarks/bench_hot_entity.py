@@ -15,6 +15,11 @@ against the exact answer of the storage interface's reference implementation, fo
     python benchmarks/bench_hot_entity.py                # 1,000, 3,000, 10,000 and 100,000 facts (~25 min)
     python benchmarks/bench_hot_entity.py --sizes 1000,10000
     python benchmarks/bench_hot_entity.py --backends memory,postgres --postgres-sizes 1000,10000   # PostgreSQL too
+    python benchmarks/bench_hot_entity.py --restate --sizes 250,500,1000 --out benchmarks/out/hot_restated.json
+
+``--restate``: every message also says ``"I KNOWS Bob."``, one statement restated in every episode (a user who
+mentions the same thing day after day). Each restatement is a fact of its own, superseded by the first, and each
+new one settles the history of them all: this measures what that costs as they accumulate (no targets).
 
 Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size, on every backend.
 """
@@ -70,8 +75,9 @@ def recall(store: Store, embedder: HashEmbedder, user_id: str, rng: random.Rando
     return {name: sum(v) / len(v) if v else 1.0 for name, v in found.items()}
 
 
-def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[dict[str, Any]]:
-    """One run on ``store`` (default: a new in-memory store); the same seed gives the same episodes."""
+def run(sizes: list[int], block: int, seed: int = 3, store: Any = None, restate: bool = False) -> list[dict[str, Any]]:
+    """One run on ``store`` (default: a new in-memory store); the same seed gives the same episodes; ``restate``:
+    each also restates one statement."""
     rng = random.Random(seed)
     llm = Timed(RulesLLM())
     embedder = HashEmbedder()
@@ -88,7 +94,7 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[
     engine_ms: list[float] = []
     rows = []
     for i in range(last):
-        text = f"User: I {rng.choice(RELATIONS)} thing{rng.randrange(3 * last)}."
+        text = f"User: I {rng.choice(RELATIONS)} thing{rng.randrange(3 * last)}." + (" I KNOWS Bob." if restate else "")
         before = llm.seconds
         began = time.perf_counter()
         memory.add_episode(text, group_id="user", reference_time=start + timedelta(hours=i))
@@ -118,13 +124,17 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None) -> list[
     return rows
 
 
-def contract(by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Tables, plot and targets of a run; ``before``: an earlier run's JSON, shown beside it (its tables only)."""
+def contract(
+    by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any] | None = None, restate: bool = False
+) -> dict[str, Any]:
+    """Tables, plot and targets of a run; ``before``: an earlier run's JSON, shown beside it (its tables only);
+    ``restate``: a run of ``--restate`` (no targets)."""
     tables, series, targets = [], {}, []
     for backend, rows in by_backend.items():
         tables.append(
             {
-                "title": f"One user entity accumulating facts: engine time per episode ({backend} backend, RulesLLM)",
+                "title": f"One user entity accumulating facts: engine time per episode ({backend} backend, RulesLLM)"
+                + (", one statement restated in every episode" if restate else ""),
                 "columns": [
                     "episodes",
                     "facts of the user entity",
@@ -156,7 +166,7 @@ def contract(by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any]
                 ],
             }
         )
-        for r in rows:
+        for r in rows if not restate else ():
             at = f"{r['user_facts']:,} facts ({backend})"
             targets.append(render.target(f"engine p50 < 5 ms at {at}", r["p50_ms"], P50_LIMIT_MS, "ms"))
             targets.append(render.target(f"engine p95 < 10 ms at {at}", r["p95_ms"], P95_LIMIT_MS, "ms"))
@@ -186,17 +196,17 @@ def contract(by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any]
     return {"tables": tables, "plots": [plot], "targets": targets}
 
 
-def run_on(backend: str, sizes: list[int], block: int) -> list[dict[str, Any]]:
+def run_on(backend: str, sizes: list[int], block: int, restate: bool = False) -> list[dict[str, Any]]:
     print(f"-- {backend} backend", flush=True)
     if backend == "memory":
-        return run(sizes, block)
+        return run(sizes, block, restate=restate)
     from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
 
     with (
         EmbeddedPostgres(settings=POSTGRES_SETTINGS) as server,
         PostgresStore(server.dsn, dim=HashEmbedder().dim, schema="hot") as store,
     ):
-        return run(sizes, block, store=store)
+        return run(sizes, block, store=store, restate=restate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "hot_entity.json", help="where the JSON goes")
     parser.add_argument("--before", type=Path, help="an earlier run's JSON, shown beside this one")
     parser.add_argument("--reuse", type=Path, help="take the measurements from this run's JSON instead of running")
+    parser.add_argument("--restate", action="store_true", help='every message also says "I KNOWS Bob." (no targets)')
     args = parser.parse_args(argv)
 
     def counts(text: str) -> list[int]:
@@ -239,9 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         by_backend = measured["results"]
     else:
         # each backend in a fresh process: none is measured in a process another one has used
-        by_backend = {b: bench_core.in_fresh_process(run_on, b, sizes_of[b], args.block) for b in backends}
+        by_backend = {
+            b: bench_core.in_fresh_process(run_on, b, sizes_of[b], args.block, args.restate) for b in backends
+        }
         header = render.header("hot_entity", args, info, started_at, started)
-    payload = {**header, **contract(by_backend, before), "results": by_backend}
+    payload = {**header, **contract(by_backend, before, args.restate), "results": by_backend}
     render.write_result(args.out, payload)
     return 0
 
