@@ -49,6 +49,22 @@ def settled(*facts: Fact, stated: dict[str, datetime] | None = None, now: dateti
     return invalidation.history(list(facts), when, LIVES_IN_ONCE, now)
 
 
+def test_history_gives_back_the_facts_it_does_not_change() -> None:
+    """The planner skips the facts history() returns as given (the same object): a holding fact comes back as it
+    was stored, whatever else it carries; one whose supersession is already recorded comes back too; a change of
+    any temporal field is a new fact."""
+    old = fact("a", "alice", "LIVES_IN", "paris", day(2019))
+    odd = dataclasses.replace(fact("c", "alice", "LIKES", "tea", day(2018)), prior_invalid_at=day(2020))
+    new = fact("b", "alice", "LIVES_IN", "berlin", day(2023))
+    out = settled(old, odd, new)
+    assert out["b"] is new and out["c"] is odd
+    ended = out["a"]
+    assert ended is not old and ended.invalidated_by == "b"
+    again = settled(ended, odd, new, now=day(2025))
+    assert again["a"] is ended and again["b"] is new and again["c"] is odd
+    assert settled(ended, odd)["a"] == old  # its cause gone: holding again, a new value
+
+
 def test_newer_fact_closes_the_older_one_at_its_start() -> None:
     old = fact("a", "alice", "LIVES_IN", "paris", day(2019))
     new = fact("b", "alice", "LIVES_IN", "berlin", day(2023))

@@ -284,6 +284,8 @@ def _settled(fact: Fact, own: datetime | None, superseded: tuple[datetime, str] 
     before its start, and the fact that ends it) with its transaction time: a supersession the store already
     records keeps its ``expired_at``; a new one is learnt ``now``. ``fact`` itself when nothing changes."""
     if superseded is None:
+        if fact.invalidated_by is None and fact.expired_at is None:
+            return fact  # holding as stated
         state: tuple[datetime | None, str | None, datetime | None, datetime | None] = (own, None, None, None)
     else:
         end, by = superseded
