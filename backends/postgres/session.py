@@ -257,11 +257,12 @@ class Session(Store):
         return results
 
     def _transaction(self, body: Callable[[psycopg.Cursor[Any]], None]) -> None:
-        """Run ``body`` in one transaction: all of it is written, or nothing."""
+        """Run ``body`` in one transaction: all of it is written, or nothing. In psycopg's pipeline mode: the
+        statements whose results ``body`` does not read go to the server together, not a round trip each."""
         with self._lock:
             conn = self._connection()
             try:
-                with conn.transaction(), conn.cursor(binary=True) as cur:
+                with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
                     body(cur)
             except psycopg.OperationalError as exc:
                 if conn.broken or conn.closed:
