@@ -266,10 +266,10 @@ class Session(Store):
                     body(cur)
             except psycopg.OperationalError as exc:
                 if conn.broken or conn.closed:
+                    reason = " ".join(str(exc).split())  # libpq's reasons span lines
                     raise BackendError(
-                        f"the connection to PostgreSQL was lost during a write ({str(exc).strip()}); the server "
-                        "rolls back the unfinished transaction, so nothing of this batch was written. tkg reconnects "
-                        "on the next call"
+                        f"the connection to PostgreSQL was lost during a write ({reason}); the server rolls back the "
+                        "unfinished transaction, so nothing of this batch was written. tkg reconnects on the next call"
                     ) from None
                 raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
             except psycopg.Error as exc:
