@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = json.loads(args.reuse.read_text())
         header = {k: measured[k] for k in ("bench", "command", "machine", "args", "started", "seconds")}
         by_backend = measured["results"]
+        args.restate = args.restate or bool(measured["args"].get("restate"))
     else:
         # each backend in a fresh process: none is measured in a process another one has used
         by_backend = {

@@ -334,6 +334,24 @@ def test_results_carry_no_path_of_this_machine(tmp_path: Path, monkeypatch: pyte
     assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"args": plain}
 
 
+def test_hot_entity_restate_adds_one_restatement_an_episode_and_sets_no_targets(tmp_path: Path) -> None:
+    """bench_hot_entity --restate: each message also restates "I KNOWS Bob." (a second fact of the user's, all of
+    them one statement, every one but the first superseded by it); its tables say so and carry no targets, also when
+    its JSON is rendered again with --reuse."""
+    import bench_hot_entity
+
+    (row,) = bench_hot_entity.run([30], 10, restate=True)
+    assert row["user_facts"] == 60 and row["block"] == 10
+    assert bench_hot_entity.run([30], 10)[0]["user_facts"] == 30
+    run = {**FIXTURE, "bench": "hot_entity", "started": "2026-11-28T10:00:00+00:00", "results": {"memory": [row]}}
+    (tmp_path / "run.json").write_text(json.dumps({**run, "args": {"restate": True}}))
+    out = tmp_path / "out.json"
+    bench_hot_entity.main(["--reuse", str(tmp_path / "run.json"), "--out", str(out)])
+    payload = json.loads(out.read_text())
+    assert payload["tables"][0]["title"].endswith("one statement restated in every episode")
+    assert payload["targets"] == []
+
+
 def test_hot_entity_shows_an_earlier_run_beside_a_measured_one(tmp_path: Path) -> None:
     """bench_hot_entity --reuse RUN --before OLD: the run's own tables and targets, and the earlier run's rows in
     tables of their own, without measuring anything again."""

@@ -244,7 +244,7 @@ class Search(Session):
         # out by the facts the filter refuses, those of the other relations or of other entities.
         columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
         op = "=" if same else "<>"
-        around = (
+        around = (  # the neighbourhood's facts, as the {picked} columns, on the {when} condition too
             "SELECT {picked} FROM {{s}}.facts WHERE source_id = ANY(%(ids)s::text[]) "
             f"AND relation {op} %(relation)s AND sketch IS NOT NULL{{when}} UNION ALL "
             "SELECT {picked} FROM {{s}}.facts WHERE target_id = ANY(%(ids)s::text[]) "
