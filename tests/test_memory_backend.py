@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import threading
 import types
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from tkg.backends.memory import InMemoryStore
 from tkg.embedders import HashEmbedder
 from tkg.errors import ValidationError
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind, Mention, Record, Verdict
-from tkg.storage import WriteBatch
+from tkg.storage import Candidates, Hit, WriteBatch
 from tkg.timeline import make_scope
 
 EMB = HashEmbedder(dim=16)
@@ -287,7 +289,16 @@ def test_the_closest_facts_see_every_write_between_two_reads_around_one_entity()
 
 @pytest.mark.parametrize(
     "option",
-    [{"hnsw_m": 1}, {"ef_construction": 0}, {"ef_search": 0}, {"ef_search": True}, {"vector_tail": 0}, {"threads": 0}],
+    [
+        {"hnsw_m": 1},
+        {"ef_construction": 0},
+        {"ef_search": 0},
+        {"ef_search": True},
+        {"vector_tail": 0},
+        {"threads": 0},
+        {"search_threads": 0},
+        {"search_threads": 1.5},
+    ],
 )
 def test_index_options_out_of_range_are_refused(option: dict[str, object]) -> None:
     with pytest.raises(ValidationError, match=next(iter(option))):
@@ -329,3 +340,113 @@ def test_ef_search_sets_how_far_the_graph_search_looks() -> None:
         store.close()
     assert found[6000] == exact
     assert sum(len(got & want) for got, want in zip(found[1], exact, strict=True)) < 10 * len(queries)
+
+
+# -- a search's candidate lists on two threads -------------------------------------------------------------------
+def _searchable(**options: Any) -> tuple[InMemoryStore, list[Candidates], str, np.ndarray, Any]:
+    """A small store of people and facts between them, and the six lists of a hybrid search over facts, entities
+    and episodes."""
+    texts = [f"Ann met Bob in city {i % 7}" for i in range(30)]
+    people: list[Record] = [
+        Entity(
+            id=f"e{i}", group_id="g", name=f"Person {i}", created_at=T0, name_embedding=EMB.embed([f"Person {i}"])[0]
+        )
+        for i in range(10)
+    ]
+    facts: list[Record] = [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id=f"e{i % 10}",
+            target_id=f"e{(i + 1) % 10}",
+            relation="MET",
+            fact=t,
+            created_at=T0,
+            embedding=EMB.embed([t])[0],
+        )
+        for i, t in enumerate(texts)
+    ]
+    store = InMemoryStore(dim=16, background=False, **options)
+    store.write(WriteBatch(puts=people + facts))
+    asks = [Candidates(m, kind, 5) for kind in (Kind.FACT, Kind.ENTITY, Kind.EPISODE) for m in ("cosine", "bm25")]
+    return store, asks, "Bob in city 3", EMB.embed(["Bob in city 3"])[0], make_scope(T0, ["g"])
+
+
+def _meeting_text_searches(store: InMemoryStore, timeout: float = 10) -> set[str]:
+    """Make each BM25 list of ``store``'s searches wait until another one is being read too (BrokenBarrierError
+    after ``timeout`` seconds): two asked at once pass only if read on two threads at once. Returns the set the
+    names of the threads that read them go to."""
+    barrier = threading.Barrier(2, timeout=timeout)
+    names: set[str] = set()
+    search = store._search
+
+    def meeting(ask: Candidates, *args: Any) -> Any:
+        read = search(ask, *args)
+        if ask.method != "bm25":
+            return read
+
+        def met() -> list[Hit]:
+            names.add(threading.current_thread().name)
+            barrier.wait()
+            return read()
+
+        return met
+
+    store._search = meeting  # type: ignore[method-assign]
+    return names
+
+
+def test_a_large_search_reads_its_candidate_lists_on_two_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a store holding enough records, the BM25 lists wait for each other at a barrier: read one after the other
+    they would never get past it. The answers, in the order asked, are those of a store that reads them in turn."""
+    from tkg.backends.memory import store as store_module
+
+    alone, asks, query, vector, scope = _searchable(search_threads=1)
+    expected = alone.candidates(asks, query, vector, scope)
+    assert expected == [
+        alone.vector_search(a.kind, vector, a.k, scope)
+        if a.method == "cosine"
+        else alone.text_search(a.kind, query, a.k, scope)
+        for a in asks
+    ]
+    assert all(expected[:4]) and not any(expected[4:])  # episodes: none stored
+    monkeypatch.setattr(store_module, "_TOGETHER_FROM", 0)  # this small store counts as a large one
+    store, *_ = _searchable()
+    names = _meeting_text_searches(store)
+    bm25 = [a for a in asks if a.method == "bm25"][:2]  # two lists to meet at the barrier
+    assert store.candidates(bm25, query, vector, scope) == [expected[1], expected[3]]
+    assert len(names) == 2 and threading.current_thread().name in names
+    del store._search
+    assert store.candidates(asks, query, vector, scope) == expected
+    pool = store._pool
+    assert pool is not None and alone._pool is None  # one thread: no helper made
+    store.close()  # the helper's thread ends; the store still answers, on a new one
+    assert store._pool is None and pool._shutdown
+    assert store.candidates(asks, query, vector, scope) == expected
+    store.close()
+
+
+def test_a_small_search_or_one_asking_a_list_twice_reads_on_the_calling_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Below the size at which a second thread pays (and whatever the size, when two lists would read one index:
+    its caches are not shared between threads), the lists are read one after the other on the calling thread: two
+    BM25 lists waiting for each other never meet."""
+    from tkg.backends.memory import store as store_module
+
+    store, asks, query, vector, scope = _searchable()
+    expected = store.candidates(asks, query, vector, scope)
+    names = _meeting_text_searches(store, timeout=0.5)
+    with pytest.raises(threading.BrokenBarrierError):
+        store.candidates([asks[1], asks[3]], query, vector, scope)
+    monkeypatch.setattr(store_module, "_TOGETHER_FROM", 0)  # large enough, but one index asked twice
+    with pytest.raises(threading.BrokenBarrierError):
+        store.candidates([asks[0], asks[1], asks[1]], query, vector, scope)
+    assert names == {threading.current_thread().name}
+    del store._search
+    assert store.candidates([asks[1], asks[0], asks[1]], query, vector, scope) == [
+        expected[1],
+        expected[0],
+        expected[1],
+    ]
+    store.close()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from tkg.storage import Hit
 from tkg.temporal import resolve_time
 from tkg.timeline import fact_holds, make_scope
 from tkg.timeutil import from_micros, to_micros, to_utc
+from tkg.together import run_together
 
 REF = datetime(2024, 3, 15, 12, 0, tzinfo=UTC)
 
@@ -144,3 +149,59 @@ def test_seams_are_deterministic():
     assert out.entities[0].name == "Zoe" and llm.calls[0].name == "t"
     with pytest.raises(LLMError):
         ScriptedLLM().generate(Prompt("t", "", ""), GraphExtraction)
+
+
+# -- reads run together (tkg.together) -------------------------------------------------------------------------
+def _pool_start(pool: ThreadPoolExecutor) -> Any:
+    def start(drain: Callable[[], None], pending: Callable[[], bool], count: int) -> list[Future[None]]:
+        return [pool.submit(drain) for _ in range(count)]
+
+    return start
+
+
+def test_reads_run_together_answer_in_order_on_the_caller_and_its_helpers():
+    """Two reads that wait for each other pass only when read at once; the answers come in the order asked, and
+    with no helper every read runs on the calling thread, one after the other."""
+    barrier = threading.Barrier(2, timeout=10)
+    threads: list[str] = []
+
+    def read(value: int) -> Callable[[], int]:
+        def run() -> int:
+            threads.append(threading.current_thread().name)
+            if value < 2:
+                barrier.wait()
+            return value
+
+        return run
+
+    with ThreadPoolExecutor(1, thread_name_prefix="helper") as pool:
+        assert run_together([read(i) for i in range(5)], 1, _pool_start(pool)) == [0, 1, 2, 3, 4]
+        assert len(set(threads)) == 2
+        threads.clear()
+        assert run_together([read(i) for i in range(2, 6)], 0, _pool_start(pool)) == [2, 3, 4, 5]
+        assert set(threads) == {threading.current_thread().name}
+
+
+def test_reads_run_together_raise_the_first_failure_in_order_and_begin_none_after_it():
+    """Once a read has failed, no read not yet begun is begun; all begun ones end first; the error raised is the
+    failed read earliest in order. A helper whose thread is busy elsewhere is not waited for."""
+    begun: list[int] = []
+
+    def read(i: int, fails: bool = False) -> Callable[[], int]:
+        def run() -> int:
+            begun.append(i)
+            if fails:
+                raise ValueError(f"read {i}")
+            return i
+
+        return run
+
+    release = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(release.wait, 30)  # the one helper thread, held up by another caller
+        with pytest.raises(ValueError, match="read 1"):
+            run_together([read(0), read(1, fails=True), read(2), read(3, fails=True)], 1, _pool_start(pool))
+        assert begun == [0, 1]  # on the calling thread alone: the helper never began
+        assert not busy.done()  # and was not waited for
+        release.set()
+        busy.result()

@@ -15,9 +15,11 @@ restores them instead of rebuilding them.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
@@ -43,9 +45,10 @@ from tkg.models import (
     search_text,
 )
 from tkg.names import normalize_name
-from tkg.storage import Hit, IndexExport, RecordSet, Sections, Store, WriteBatch
+from tkg.storage import Candidates, Hit, IndexExport, RecordSet, Sections, Store, WriteBatch, check_candidates
 from tkg.timeline import Scope
 from tkg.timeutil import to_micros
+from tkg.together import run_together
 
 from . import persist
 from .arrays import any_of
@@ -78,6 +81,10 @@ _FOLD_BATCH = 32
 # ~0.4 us a fact); a larger one from the table's columns in one vectorised pass (2-5 ns a slot, every slot: 0.05 ms
 # at 10k slots, 2.4 ms at 1M). Around a hot entity of 3,000 facts the sets cost 1.2 ms a read.
 _SPARSE = 100
+# A search's candidate lists run on search_threads threads at once when the kinds they search hold at least this
+# many live records in all (one per list: 6 hybrid lists over 50,000 facts, entities and episodes make 100,000).
+# Below, a list takes well under a millisecond and handing it over costs about a tenth of one.
+_TOGETHER_FROM = 100_000
 
 _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -102,6 +109,10 @@ class InMemoryStore(Store):
     (0.77 instead of 1.5 KB at 384-d; hnswlib's float32 copy for its graph is unchanged): records read back carry
     the rounded values, and scores are those of the rounded vectors (:mod:`.precision`).
 
+    ``search_threads``: the threads a search's candidate lists (cosine and BM25 per target) run on at once in a
+    large store, the calling one included (1: one after the other). numpy and hnswlib release the interpreter
+    lock inside their loops, so two make a hybrid search over a million facts ~25% faster on two cores.
+
     >>> store = InMemoryStore(dim=384)
     >>> store.count(Kind.FACT)
     0
@@ -121,6 +132,7 @@ class InMemoryStore(Store):
         threads: int = 1,
         background: bool = True,
         vector_precision: str = "float32",
+        search_threads: int = 2,
     ) -> None:
         if dim < 1:
             raise ValidationError("dim must be positive")
@@ -135,6 +147,7 @@ class InMemoryStore(Store):
             ("ef_search", ef_search, 1),
             ("vector_tail", vector_tail, 1),
             ("threads", threads, 1),
+            ("search_threads", search_threads, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValidationError(f"InMemoryStore: {name} must be an integer of at least {lowest}, got {value!r}")
@@ -159,6 +172,9 @@ class InMemoryStore(Store):
         # Every call holds this lock: the store is safe to share between threads on its own (tkg.Memory adds a
         # readers-writer lock above it, so its readers wait here only for each other's short critical sections).
         self._lock = threading.RLock()
+        self._search_threads = search_threads
+        self._pool: ThreadPoolExecutor | None = None  # the helpers of large searches (see candidates)
+        self._pool_guard = threading.Lock()
         # Folding fresh vectors into HNSW and merging BM25 tails run on a background thread unless background
         # is False (then on the writer that fills a tail, as one long call now and then).
         self._maintenance = Maintenance(self._lock, self._begin_maintenance)
@@ -361,22 +377,58 @@ class InMemoryStore(Store):
 
     @_locked
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
-        kind = Kind(kind)
-        index = self._vectors.get(kind)
-        if index is None:
-            raise BackendError(f"{kind} records have no vectors to search")
-        query = check_vectors(vector, self.dim)[0]
-        mask = self._mask(kind, scope)
-        return self._hits(kind, index.search(query, k, mask))
+        return self._search(Candidates("cosine", kind, k), "", vector, scope)()
 
     @_locked
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
-        kind = Kind(kind)
-        index = self._texts.get(kind)
-        if index is None:
-            raise BackendError(f"{kind} records have no text to search")
+        return self._search(Candidates("bm25", kind, k), query, None, scope)()
+
+    @_locked
+    def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
+        # The lists run on two threads at once (tkg.together) in a large store: the lock held here keeps writers
+        # and index swaps out while the helper reads, as it would for reads made one after the other.
+        check_candidates(asks)
+        reads = [self._search(ask, query, vector, scope) for ask in asks]
+        sizes = [self._tables[Kind(ask.kind)].live for ask in asks]
+        distinct = len({(ask.method, Kind(ask.kind)) for ask in asks}) == len(asks)  # an index's caches: one thread
+        if self._search_threads == 1 or sum(sizes) < _TOGETHER_FROM or not distinct:
+            return [read() for read in reads]
+        # BM25 lists (numpy, which holds the interpreter lock in parts of its work) alternate with cosine ones
+        # (hnswlib's walk, which releases it), the largest kinds first, so that the two threads overlap best
+        # (measured at 1M facts: ~0.75 of the time of one thread, against ~0.79 in the config's order).
+        bm25 = sorted((i for i, ask in enumerate(asks) if ask.method == "bm25"), key=lambda i: (-sizes[i], i))
+        cosine = sorted((i for i, ask in enumerate(asks) if ask.method != "bm25"), key=lambda i: (-sizes[i], i))
+        order = [i for pair in itertools.zip_longest(bm25, cosine) for i in pair if i is not None]
+        found = run_together([reads[i] for i in order], self._search_threads - 1, self._start_helpers)
+        out: list[list[Hit]] = [[] for _ in asks]
+        for i, hits in zip(order, found, strict=True):
+            out[i] = hits
+        return out
+
+    def _search(self, ask: Candidates, query: str, vector: Vector | None, scope: Scope) -> Callable[[], list[Hit]]:
+        """One candidate list (the store's lock held): checked, with its query vector and the scope's mask made now
+        (the mask cache is the store's), as a call that reads the indexes without taking the lock."""
+        kind = Kind(ask.kind)
+        index: VectorIndex | TextIndex | None
+        if ask.method == "cosine":
+            index = self._vectors.get(kind)
+            if index is None:
+                raise BackendError(f"{kind} records have no vectors to search")
+            wanted: Any = check_vectors(vector, self.dim)[0]
+        else:
+            index = self._texts.get(kind)
+            if index is None:
+                raise BackendError(f"{kind} records have no text to search")
+            wanted = query
         mask = self._mask(kind, scope)
-        return self._hits(kind, index.search(query, k, mask))
+        searched = index
+        return lambda: self._hits(kind, searched.search(wanted, ask.k, mask))
+
+    def _start_helpers(self, drain: Callable[[], None], pending: Callable[[], bool], count: int) -> list[Future[None]]:
+        with self._pool_guard:
+            if self._pool is None:  # made at the first large search; its thread ends when the store is dropped
+                self._pool = ThreadPoolExecutor(self._search_threads - 1, thread_name_prefix="tkg-search")
+            return [self._pool.submit(drain) for _ in range(count)]
 
     def _mask(self, kind: Kind, scope: Scope) -> Mask:
         """The scope's mask over a kind's slots, cached until the table changes: the methods of one search share
@@ -643,6 +695,13 @@ class InMemoryStore(Store):
             vectors.flush()
         for text in self._texts.values():
             text.rebuild()
+
+    def close(self) -> None:
+        """Let the search helper thread end (the store stays usable: a later large search starts another)."""
+        with self._pool_guard:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     @_locked
     def stats(self) -> dict[str, Any]:

@@ -15,9 +15,9 @@ import logging
 import re
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -26,6 +26,7 @@ import psycopg
 from tkg.errors import BackendError, ConfigurationError, ValidationError
 from tkg.models import Kind
 from tkg.storage import Store
+from tkg.together import run_together
 
 from .connection import ITERATIVE_SCAN_PGVECTOR, connect, describe, ensure_vector_extension
 from .pack_cache import PackCache
@@ -193,68 +194,41 @@ class Session(Store):
 
     def _together(self, reads: Sequence[Callable[[], T]]) -> list[T]:
         """Run ``reads`` (each a call of this store's read methods) on up to ``search_connections`` connections at
-        once: the calling thread on the store's connection, worker threads each on a reader connection of their
-        own; every connection takes the next read not yet begun. The results in order; once all have ended, the
-        error of the first read in order that failed (the others are not begun after a failure)."""
-        todo = deque(range(len(reads)))
-        results: list[Any] = [None] * len(reads)
-        errors: dict[int, BaseException] = {}
-        guard = threading.Lock()
+        once (:func:`tkg.together.run_together`): the calling thread on the store's connection, worker threads each
+        on a reader connection of their own."""
+        return run_together(reads, self._search_connections - 1, self._start_readers)
 
-        def left() -> bool:
-            with guard:
-                return bool(todo) and not errors
-
-        def drain() -> None:
-            while True:
-                with guard:
-                    if errors or not todo:
-                        return
-                    i = todo.popleft()
-                try:
-                    results[i] = reads[i]()
-                except BaseException as exc:
-                    with guard:
-                        errors[i] = exc
-
-        def on_reader(pool: ThreadPoolExecutor) -> None:
-            if not left():
-                return  # the other connections read it all already: no connection taken or opened
-            with self._readers_guard:
-                conn = self._spare.pop() if self._spare else None
-            self._reader.conn = conn
-            try:
-                try:
-                    self._reader_connection()  # opened here, so a read's retry is only for a connection that dropped
-                except (BackendError, psycopg.Error) as exc:  # (the server's connection limit): the others read it
-                    log.warning("no reader connection for a search, it reads on fewer: %s", exc)
-                    return
-                drain()
-            finally:
-                conn, self._reader.conn = self._reader.conn, None
-                if conn is not None:
-                    with self._readers_guard:
-                        keep = self._workers is pool and not conn.closed  # else the store was closed meanwhile
-                        if keep:
-                            self._spare.append(conn)
-                    if not keep:
-                        conn.close()
-
-        helpers = min(self._search_connections, len(reads)) - 1
-        if helpers <= 0:
-            return [read() for read in reads]
-        with self._readers_guard:
+    def _start_readers(self, drain: Callable[[], None], pending: Callable[[], bool], count: int) -> list[Future[None]]:
+        with self._readers_guard:  # not after close(), which shuts the pool down under this guard
             if self._workers is None:
                 self._workers = ThreadPoolExecutor(self._search_connections - 1, thread_name_prefix="tkg-pg-read")
             pool = self._workers
-            started = [pool.submit(on_reader, pool) for _ in range(helpers)]
-        drain()
-        for future in started:
-            if not future.cancel():  # one that has not begun (its thread busy with another search) is not waited for
-                future.result()
-        if errors:
-            raise errors[min(errors)]
-        return results
+            return [pool.submit(self._read_beside, pool, drain, pending) for _ in range(count)]
+
+    def _read_beside(self, pool: ThreadPoolExecutor, drain: Callable[[], None], pending: Callable[[], bool]) -> None:
+        """A worker thread's part of :meth:`_together`: ``drain()`` on a reader connection (a spare one, else a new
+        one), kept for the next search unless the store was closed meanwhile."""
+        if not pending():
+            return  # the other connections read it all already: no connection taken or opened
+        with self._readers_guard:
+            conn = self._spare.pop() if self._spare else None
+        self._reader.conn = conn
+        try:
+            try:
+                self._reader_connection()  # opened here, so a read's retry is only for a connection that dropped
+            except (BackendError, psycopg.Error) as exc:  # (the server's connection limit): the others read it
+                log.warning("no reader connection for a search, it reads on fewer: %s", exc)
+                return
+            drain()
+        finally:
+            conn, self._reader.conn = self._reader.conn, None
+            if conn is not None:
+                with self._readers_guard:
+                    keep = self._workers is pool and not conn.closed  # else the store was closed meanwhile
+                    if keep:
+                        self._spare.append(conn)
+                if not keep:
+                    conn.close()
 
     def _transaction(self, body: Callable[[psycopg.Cursor[Any]], None]) -> None:
         """Run ``body`` in one transaction: all of it is written, or nothing. In psycopg's pipeline mode: the
