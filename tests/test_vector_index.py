@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 from conftest import T0, run_script_to_the_end
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -282,32 +283,51 @@ def test_the_candidates_are_the_closest_by_sketch_equal_distances_in_slot_order(
     want = candidate_count(10)
     assert want < len(slots) and len(np.unique(distance)) < len(slots) // 10  # ties aplenty
     expected = slots[np.lexsort((slots, distance))[:want]]
-    got = sketches.candidates(query, slots, 10, lambda wanted: vectors[wanted])
+    got = sketches.candidates(query, slots, 10, lambda wanted: vectors[wanted], len(vectors))
     assert np.array_equal(got, np.sort(expected))
     few = slots[:EXACT_UP_TO]
-    assert np.array_equal(sketches.candidates(query, few, 10, lambda wanted: vectors[wanted]), few)
+    assert np.array_equal(sketches.candidates(query, few, 10, lambda wanted: vectors[wanted], len(vectors)), few)
 
 
-def test_searches_with_one_query_over_one_span_share_a_scan_that_sees_changed_vectors() -> None:
+def test_searches_with_one_query_over_one_span_share_a_scan_that_sees_changed_vectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An episode's two searches around an entity (its relation, then the others) ask with one query over one span
-    of slots: the second reads the first scan's distances. Its candidates are those of a fresh scan, and a vector
-    set again in between is sketched and measured anew (the old distances are not reused)."""
+    of slots: the second reads the first scan's distances, also when its slots end after the first's (the newest
+    fact is of its relation, first sketched now). Its candidates are those of a fresh scan, and a vector set again
+    in between is sketched and measured anew (the old distances are not reused)."""
+    from tkg.backends.memory import sketches as sketches_module
+
     rng = np.random.default_rng(11)
     vectors = rng.standard_normal((4 * EXACT_UP_TO, DIM)).astype(np.float32)
     query = rng.standard_normal(DIM).astype(np.float32)
     slots = np.arange(len(vectors))
     mine = rng.random(len(vectors)) < 0.4
+    mine[-50:] = True  # the last slots are the second search's only
     one, other = slots[~mine], slots[mine]  # the first scans the span whole, the second reads it
+    size = len(vectors)
 
     def rows(wanted: np.ndarray) -> np.ndarray:
         return vectors[wanted]
 
+    scans: list[int] = []
+    sketch_of = sketches_module.sketch
+
+    def counted(rows: np.ndarray) -> np.ndarray:
+        if len(rows) == 1 and np.array_equal(rows[0], query):
+            scans.append(1)  # a scan sketches its query first
+        return sketch_of(rows)
+
+    monkeypatch.setattr(sketches_module, "sketch", counted)
     sketches = Sketches()
-    sketches.candidates(query, one, 10, rows)
-    assert np.array_equal(sketches.candidates(query, other, 10, rows), Sketches().candidates(query, other, 10, rows))
+    sketches.candidates(query, one, 10, rows, size)
+    fresh = Sketches().candidates(query, other, 10, rows, size)
+    scans.clear()
+    assert np.array_equal(sketches.candidates(query, other, 10, rows, size), fresh)
+    assert not scans  # read from the first scan, the 50 slots after it sketched and measured then
     far = int(other[np.argmin(vectors[other] @ query)])
-    assert far not in sketches.candidates(query, other, 10, rows)
+    assert far not in sketches.candidates(query, other, 10, rows, size)
     vectors[far] = 2 * query  # the same direction: distance 0
     sketches.forget(far)
-    sketches.candidates(query, one, 10, rows)
-    assert far in sketches.candidates(query, other, 10, rows)
+    sketches.candidates(query, one, 10, rows, size)
+    assert far in sketches.candidates(query, other, 10, rows, size)

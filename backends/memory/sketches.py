@@ -31,16 +31,17 @@ class Sketches:
     """The sketch of each slot's vector, kept column-wise (one array per 64-bit word) and computed lazily: a slot
     whose vector is set again or removed is marked stale and sketched again when a search next needs it."""
 
-    __slots__ = ("_last", "_ready", "_version", "_words")
+    __slots__ = ("_last", "_ready", "_words")
 
     def __init__(self) -> None:
         self._words = [Column(np.uint64, 0) for _ in range(WORDS)]
         self._ready = Column(np.bool_, False)
-        self._version = 0  # bumped whenever a sketch is made or marked stale
-        # The distances of the last span scanned whole: (query, version, first slot, distances). An episode's two
-        # searches around an entity (its relation, the others) ask with one query over one span of slots: the
-        # second reads the first's distances instead of scanning again.
-        self._last: tuple[bytes, int, int, npt.NDArray[np.uint16]] | None = None
+        # The distances of the last span scanned whole: (query, its sketch, first slot, distances). An episode's two
+        # searches around an entity (its relation, the others) ask with one query over slots of one span: the
+        # second reads the first's distances instead of scanning again. The span runs to the index's last slot, and
+        # a sketch made (again) later corrects its slot's distance: a slot is always sketched before its distance
+        # is read, so the distances read are always those of the current sketches.
+        self._last: tuple[bytes, npt.NDArray[np.uint64], int, npt.NDArray[np.uint16]] | None = None
 
     def nbytes(self) -> int:
         """Bytes held: the sketches, their flags and the last span's distances (the directions, BITS x dim floats,
@@ -50,18 +51,19 @@ class Sketches:
     def forget(self, slot: int) -> None:
         """``slot``'s vector changed or went away."""
         if slot < self._ready.size:
-            self._ready[slot] = False
-            self._version += 1
+            self._ready[slot] = False  # its distance in the last span is corrected when it is sketched again
 
     def candidates(
-        self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int, rows: Rows
+        self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int, rows: Rows, size: int
     ) -> npt.NDArray[np.int64]:
         """Among ``slots`` (ascending), the ``candidate_count(k)`` whose sketch is nearest ``query``'s, equal
         distances in slot order (the candidates PostgreSQL takes by ``ORDER BY distance, seq LIMIT``); all of them
-        up to ``EXACT_UP_TO``. ``rows(slots)`` gives raw vectors to sketch."""
+        up to ``EXACT_UP_TO``. ``rows(slots)`` gives raw vectors to sketch; ``size``: the slots the index has."""
         want = candidate_count(k)
         if len(slots) <= max(want, EXACT_UP_TO):
             return slots
+        for column in (*self._words, self._ready):
+            column.ensure(size)
         self._sketch_missing(slots, rows)
         distance = self._distances(query, slots)
         # The cut: the smallest distance at which at least `want` slots are that close (distances are small ints);
@@ -78,23 +80,23 @@ class Sketches:
         low, high = int(slots[0]), int(slots[-1]) + 1
         key = query.tobytes()
         last = self._last
-        if last is not None and last[:2] == (key, self._version) and last[2] <= low and high <= last[2] + len(last[3]):
+        if last is not None and last[0] == key and last[2] <= low and high <= last[2] + len(last[3]):
             return last[3][slots - last[2]]
         mine = sketch(query[None, :])[0]
-        dense = 4 * len(slots) >= high - low  # scan the span and read it at the slots, else gather
-        distance = np.zeros(high - low if dense else len(slots), dtype=np.uint16)
+        # scan the span and read it at the slots, else gather; the span to the index's last slot when that stays
+        # dense (the next search's slots may end after these)
+        end = self._ready.size if 4 * len(slots) >= self._ready.size - low else high
+        dense = 4 * len(slots) >= end - low
+        distance = np.zeros(end - low if dense else len(slots), dtype=np.uint16)
         for word, bits in zip(self._words, mine.tolist(), strict=True):
-            values = word.view()[low:high] if dense else word.view()[slots]
+            values = word.view()[low:end] if dense else word.view()[slots]
             distance += np.bitwise_count(values ^ np.uint64(bits))
         if not dense:
             return distance
-        self._last = (key, self._version, low, distance)
+        self._last = (key, mine, low, distance)
         return distance[slots - low]
 
     def _sketch_missing(self, slots: npt.NDArray[np.int64], rows: Rows) -> None:
-        size = int(slots[-1]) + 1
-        for column in (*self._words, self._ready):
-            column.ensure(size)
         missing = slots[~self._ready.view()[slots]]
         for start in range(0, len(missing), 8192):
             part = missing[start : start + 8192]
@@ -102,4 +104,14 @@ class Sketches:
             for j, word in enumerate(self._words):
                 word.view()[part] = made[:, j]
             self._ready.view()[part] = True
-            self._version += 1
+            self._correct(part, made)
+
+    def _correct(self, part: npt.NDArray[np.int64], made: npt.NDArray[np.uint64]) -> None:
+        """The last span's distances of ``part``, whose sketches (``made``) were just made."""
+        last = self._last
+        if last is None:
+            return
+        _, mine, low, distance = last
+        inside = (part >= low) & (part < low + len(distance))
+        if inside.any():
+            distance[part[inside] - low] = np.bitwise_count(made[inside] ^ mine).sum(axis=1, dtype=np.uint16)

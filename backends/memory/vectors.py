@@ -550,7 +550,8 @@ class VectorIndex:
         self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int
     ) -> list[tuple[int, float]]:
         """Top ``k`` of ``slots`` (ascending, all with a vector): the closest by sketch, scored exactly."""
-        return self._brute(query, self._sketches.candidates(query, slots, k, self._rows), k)
+        candidates = self._sketches.candidates(query, slots, k, self._rows, self.has_vec.size)
+        return self._brute(query, candidates, k)
 
     def _brute(self, query: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], k: int) -> list[tuple[int, float]]:
         if len(slots) == 0:
