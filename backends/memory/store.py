@@ -425,6 +425,8 @@ class InMemoryStore(Store):
         return lambda: self._hits(kind, searched.search(wanted, ask.k, mask))
 
     def _start_helpers(self, drain: Callable[[], None], pending: Callable[[], bool], count: int) -> list[Future[None]]:
+        """Start ``count`` helpers of :meth:`candidates` on the store's search pool (a helper holds nothing but its
+        thread, so it needs no ``pending`` check)."""
         with self._pool_guard:
             if self._pool is None:  # made at the first large search; its thread ends when the store is dropped
                 self._pool = ThreadPoolExecutor(self._search_threads - 1, thread_name_prefix="tkg-search")

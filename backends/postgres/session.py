@@ -199,6 +199,7 @@ class Session(Store):
         return run_together(reads, self._search_connections - 1, self._start_readers)
 
     def _start_readers(self, drain: Callable[[], None], pending: Callable[[], bool], count: int) -> list[Future[None]]:
+        """Start ``count`` helpers of :meth:`_together` on the store's reader threads (the pool made at the first)."""
         with self._readers_guard:  # not after close(), which shuts the pool down under this guard
             if self._workers is None:
                 self._workers = ThreadPoolExecutor(self._search_connections - 1, thread_name_prefix="tkg-pg-read")
