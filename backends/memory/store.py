@@ -82,7 +82,8 @@ _FOLD_BATCH = 32
 # at 10k slots, 2.4 ms at 1M). Around a hot entity of 3,000 facts the sets cost 1.2 ms a read.
 _SPARSE = 100
 # A search's candidate lists run on search_threads threads at once when the kinds they search hold at least this
-# many live records in all (one per list: 6 hybrid lists over 50,000 facts, entities and episodes make 100,000).
+# many live records in all, each list counting its kind's (a hybrid search's 6 lists over 50,000 facts, entities
+# and episodes together count 100,000).
 # Below, a list takes well under a millisecond and handing it over costs about a tenth of one.
 _TOGETHER_FROM = 100_000
 
