@@ -20,6 +20,8 @@ import pytest
 
 from tkg.backends.memory import InMemoryStore
 from tkg.backends.reference import ReferenceStore
+from tkg.embedders import Embedder
+from tkg.models import Entity, Fact, Record
 from tkg.storage import Store
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -32,6 +34,35 @@ def run_script_to_the_end(script: str, *args: str) -> None:
         [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600, check=False
     )
     assert (done.returncode, done.stdout) == (0, "written"), done.stderr[-2000:]
+
+
+def searchable_records(embedder: Embedder) -> list[Record]:
+    """Ten people in group "g" and thirty facts between them ("Ann met Bob in city N"), each with its vector: a small
+    memory whose searches find something by cosine and by text (the stores' candidate-list tests)."""
+    texts = [f"Ann met Bob in city {i % 7}" for i in range(30)]
+    people: list[Record] = [
+        Entity(
+            id=f"e{i}",
+            group_id="g",
+            name=f"Person {i}",
+            created_at=T0,
+            name_embedding=embedder.embed([f"Person {i}"])[0],
+        )
+        for i in range(10)
+    ]
+    return people + [
+        Fact(
+            id=f"f{i}",
+            group_id="g",
+            source_id=f"e{i % 10}",
+            target_id=f"e{(i + 1) % 10}",
+            relation="MET",
+            fact=t,
+            created_at=T0,
+            embedding=embedder.embed([t])[0],
+        )
+        for i, t in enumerate(texts)
+    ]
 
 
 def small_memory_store(dim: int, vector_precision: str = "float32") -> InMemoryStore:

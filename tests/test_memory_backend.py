@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import T0
+from conftest import T0, searchable_records
 
 from tkg.backends.memory import InMemoryStore
 from tkg.embedders import HashEmbedder
@@ -346,28 +346,8 @@ def test_ef_search_sets_how_far_the_graph_search_looks() -> None:
 def _searchable(**options: Any) -> tuple[InMemoryStore, list[Candidates], str, np.ndarray, Any]:
     """A small store of people and facts between them, and the six lists of a hybrid search over facts, entities
     and episodes."""
-    texts = [f"Ann met Bob in city {i % 7}" for i in range(30)]
-    people: list[Record] = [
-        Entity(
-            id=f"e{i}", group_id="g", name=f"Person {i}", created_at=T0, name_embedding=EMB.embed([f"Person {i}"])[0]
-        )
-        for i in range(10)
-    ]
-    facts: list[Record] = [
-        Fact(
-            id=f"f{i}",
-            group_id="g",
-            source_id=f"e{i % 10}",
-            target_id=f"e{(i + 1) % 10}",
-            relation="MET",
-            fact=t,
-            created_at=T0,
-            embedding=EMB.embed([t])[0],
-        )
-        for i, t in enumerate(texts)
-    ]
     store = InMemoryStore(dim=16, background=False, **options)
-    store.write(WriteBatch(puts=people + facts))
+    store.write(WriteBatch(puts=searchable_records(EMB)))
     asks = [Candidates(m, kind, 5) for kind in (Kind.FACT, Kind.ENTITY, Kind.EPISODE) for m in ("cosine", "bm25")]
     return store, asks, "Bob in city 3", EMB.embed(["Bob in city 3"])[0], make_scope(T0, ["g"])
 

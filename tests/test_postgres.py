@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import T0, new_postgres_schema
+from conftest import T0, new_postgres_schema, searchable_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
@@ -1237,36 +1237,7 @@ def test_reads_survive_a_dropped_connection(server: EmbeddedPostgres, store: Pos
 
 # -- a search's candidate lists on several connections -----------------------------------------------------------
 def _searchable(store: PostgresStore) -> tuple[list[Candidates], str, np.ndarray, Any]:
-    texts = [f"Ann met Bob in city {i % 7}" for i in range(30)]
-    store.write(
-        WriteBatch(
-            puts=[
-                *(
-                    Entity(
-                        id=f"e{i}",
-                        group_id="g",
-                        name=f"Person {i}",
-                        created_at=T0,
-                        name_embedding=EMB.embed([f"Person {i}"])[0],
-                    )
-                    for i in range(10)
-                ),
-                *(
-                    Fact(
-                        id=f"f{i}",
-                        group_id="g",
-                        source_id=f"e{i % 10}",
-                        target_id=f"e{(i + 1) % 10}",
-                        relation="MET",
-                        fact=t,
-                        created_at=T0,
-                        embedding=EMB.embed([t])[0],
-                    )
-                    for i, t in enumerate(texts)
-                ),
-            ]
-        )
-    )
+    store.write(WriteBatch(puts=searchable_records(EMB)))
     asks = [Candidates(m, kind, 5) for kind in (Kind.FACT, Kind.ENTITY) for m in ("cosine", "bm25")]
     return asks, "Bob in city 3", EMB.embed(["Bob in city 3"])[0], make_scope(NOW, ["g"])
 
