@@ -430,3 +430,58 @@ def test_a_small_search_or_one_asking_a_list_twice_reads_on_the_calling_thread(
         expected[1],
     ]
     store.close()
+
+
+def test_views_at_times_asked_for_are_cached_without_scanning_every_timestamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view of "now" read from the clock is cached with the interval of times it holds over, found by scanning
+    every timestamp. A view known at a time asked for does not move: it is cached as it is, without that scan, and
+    found again when asked again. A view as of past times, as known now, is the view of now (scanned once, then
+    shared) narrowed by event time. Each mask equals the one the table computes directly."""
+    from datetime import timedelta
+
+    from tkg.backends.memory.tables import Table
+
+    day = timedelta(days=1)
+    store = InMemoryStore(dim=16, background=False)
+    records = searchable_records(EMB)
+    # facts that began on days 0..29, every third ended 5 days later, and every fifth of those superseded on day 40
+    for i, record in enumerate(records):
+        if isinstance(record, Fact):
+            n = int(record.id[1:])
+            ended = T0 + (n + 5) * day if n % 3 == 0 else None
+            superseded = ended is not None and n % 5 == 0
+            records[i] = dataclasses.replace(
+                record,
+                valid_at=T0 + n * day,
+                invalid_at=ended,
+                expired_at=T0 + 40 * day if superseded else None,
+                prior_invalid_at=None,
+            )
+    store.write(WriteBatch(puts=records))
+    table = store._tables[Kind.FACT]
+    scans: list[int] = []
+    scan = Table.stable_interval
+    monkeypatch.setattr(Table, "stable_interval", lambda self, *a: scans.append(1) or scan(self, *a))
+
+    def direct(scope: Any) -> list[bool]:
+        return table.mask(scope, store._group_codes, store._relation_codes).tolist()  # type: ignore[no-any-return]
+
+    later = T0 + 60 * day
+    asked = make_scope(later, ["g"], known_at=T0 + 20 * day)
+    assert asked.explicit_known_at and not make_scope(later, ["g"]).explicit_known_at
+    assert store._mask(Kind.FACT, asked).tolist() == direct(asked) and scans == []
+    cached = len(store._masks)
+    assert store._mask(Kind.FACT, make_scope(later, ["g"], known_at=T0 + 20 * day)).tolist() == direct(asked)
+    assert len(store._masks) == cached and scans == []  # the same time asked again: the same mask
+    store._mask(Kind.FACT, make_scope(later, ["g"]))
+    assert scans  # the clock's views are cached with their interval
+    scans.clear()
+    for now in (T0 + 30 * day, later):  # before and after the supersessions were learnt
+        masks = set()
+        for days in range(-2, 40, 3):
+            past = make_scope(now, ["g"], as_of=T0 + days * day)
+            masks.add(tuple(store._mask(Kind.FACT, past).tolist()))
+            assert store._mask(Kind.FACT, past).tolist() == direct(past)
+        assert len(masks) > 5
+    assert len(scans) == 1  # the view of now without event time: once, and it holds at both times
+    store.close()

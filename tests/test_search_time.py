@@ -101,6 +101,24 @@ QUERY_TIMES = st.lists(
 )
 
 
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(INT64 | st.sampled_from([-(2**63), 2**63 - 1, 0, -1, 1])), now=INT64)
+def test_the_timestamps_around_a_time_are_found_by_unsigned_arithmetic(values, now):
+    """The in-memory store's cached "now" masks hold until "now" crosses a stored timestamp: the nearest ones on
+    either side are found with wrapping unsigned arithmetic, which must agree with plain comparisons everywhere,
+    the sentinels of absent times (the int64 extremes) and times before 1970 included."""
+    import numpy as np
+
+    from tkg.backends.memory.arrays import around
+
+    low, high = -(2**63), 2**63 - 1
+    expected = max((v for v in values if v <= now), default=low), min((v for v in values if v > now), default=high)
+    assert around(np.array(values, dtype=np.int64), now) == expected
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(times=st.lists(fact_times(), min_size=1, max_size=20), queries=QUERY_TIMES, nows=st.lists(st.integers(0, 32)))
 def test_store_search_agrees_with_brute_force_on_both_timelines(make_store, times, queries, nows):
@@ -126,6 +144,11 @@ def test_store_search_agrees_with_brute_force_on_both_timelines(make_store, time
             and _open_at(_believed_end(f, now), now)
         }
         assert {h.id for h in store.text_search(Kind.FACT, "common", 100, make_scope(now, ["g"]))} == expected
+        # as of past and future times, as known at that "now" (supersessions learnt later not yet known)
+        for as_of in (-3, n - 5, n, 31):
+            expected = brute_force(facts, day(as_of), now, False)
+            scope = make_scope(now, ["g"], as_of=day(as_of))
+            assert {h.id for h in store.vector_search(Kind.FACT, vector, 100, scope)} == expected
 
 
 @settings(max_examples=15, deadline=None)

@@ -123,6 +123,9 @@ class Scope:
     as_of: datetime | None  # None: no event-time check on facts
     explicit_as_of: bool = False
     filters: Filters = NO_FILTERS
+    #: ``known_at`` was asked for, not read from the clock: the view does not move with time (a store may cache
+    #: it as it is, where a view of "now" is cached for as long as the clock crosses no stored timestamp).
+    explicit_known_at: bool = False
 
     def admits(self, record: Record) -> bool:
         if self.group_ids is not None and record.group_id not in self.group_ids:
@@ -172,9 +175,17 @@ def make_scope(
     if isinstance(group_ids, str):
         group_ids = [group_ids]
     groups = None if group_ids is None else frozenset(check_group_id(g) for g in group_ids)
-    tx = optional_utc(known_at, "known_at") or to_utc(now, "now")
+    asked = optional_utc(known_at, "known_at")
+    tx = asked or to_utc(now, "now")
     event = optional_utc(as_of, "as_of")
     explicit = event is not None
     if event is None and not include_invalidated:
         event = tx
-    return Scope(group_ids=groups, known_at=tx, as_of=event, explicit_as_of=explicit, filters=filters or NO_FILTERS)
+    return Scope(
+        group_ids=groups,
+        known_at=tx,
+        as_of=event,
+        explicit_as_of=explicit,
+        filters=filters or NO_FILTERS,
+        explicit_known_at=asked is not None,
+    )

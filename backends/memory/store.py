@@ -51,7 +51,7 @@ from tkg.timeutil import to_micros
 from tkg.together import run_together
 
 from . import persist
-from .arrays import any_of
+from .arrays import any_of, around
 from .maintenance import Maintenance, Task
 from .precision import PRECISIONS
 from .rows import CODECS, row_codecs
@@ -188,6 +188,7 @@ class InMemoryStore(Store):
         self._group_codes: dict[str, int] = {}
         self._relation_codes: dict[str, int] = {}
         self._masks: dict[tuple[Kind, Scope], tuple[int, int, int, Mask]] = {}  # key -> version, lo, hi, mask
+        self._ends: tuple[int, int, int, npt.NDArray[np.int64]] | None = None  # version, lo, hi, ends (_fact_ends)
         self._group_counts: dict[str, int] = {}
         self._names = SetIndex()
         self._adjacent = SetIndex()  # entity id -> ids of facts touching it
@@ -436,10 +437,24 @@ class InMemoryStore(Store):
     def _mask(self, kind: Kind, scope: Scope) -> Mask:
         """The scope's mask over a kind's slots, cached until the table changes: the methods of one search share
         it. A default "now" scope moves with the clock, but its mask only changes when "now" crosses one of the
-        stored timestamps, so it is cached with the interval of times over which it holds. Read-only."""
+        stored timestamps, so it is cached with the interval of times over which it holds (a time asked for is
+        cached as it is: finding that interval costs more than the mask). Read-only."""
         table = self._tables[kind]
         now = to_micros(scope.known_at)
-        moving = not scope.explicit_as_of and (scope.as_of is None or scope.as_of == scope.known_at)
+        if scope.as_of is not None and not (kind is Kind.FACT or (kind is Kind.EPISODE and scope.explicit_as_of)):
+            scope = replace(scope, as_of=None, explicit_as_of=False)  # event time does not bear on this kind
+        elif kind is Kind.FACT and scope.explicit_as_of and not scope.explicit_known_at and scope.as_of is not None:
+            # As of a time, as known now: the view of now without event time (cached with its interval), narrowed
+            # to the facts that held then by their ends as known now (cached likewise).
+            base = self._mask(kind, replace(scope, as_of=None, explicit_as_of=False))
+            mask = base & table.holding(to_micros(scope.as_of), self._fact_ends(table, now))
+            mask.setflags(write=False)
+            return mask
+        moving = (
+            not scope.explicit_as_of
+            and not scope.explicit_known_at
+            and (scope.as_of is None or scope.as_of == scope.known_at)
+        )
         key = (kind, replace(scope, known_at=_FAR_FUTURE, as_of=scope.as_of and _FAR_FUTURE) if moving else scope)
         cached = self._masks.get(key)
         if cached is not None and cached[1] <= now < cached[2]:
@@ -454,6 +469,14 @@ class InMemoryStore(Store):
             self._masks.clear()
         self._masks[key] = (table.version, lo, hi, mask)
         return mask
+
+    def _fact_ends(self, table: Table, now: int) -> npt.NDArray[np.int64]:
+        """Each fact slot's end as known at ``now``: kept until the facts change or ``now`` crosses an expiry."""
+        cached = self._ends
+        if cached is None or cached[0] != table.version or not cached[1] <= now < cached[2]:
+            lo, hi = around(table.expired.view(), now)
+            cached = self._ends = (table.version, lo, hi, table.believed_ends(now))
+        return cached[3]
 
     def _updated_mask(
         self, table: Table, scope: Scope, cached: tuple[int, int, int, Mask], now: int, moving: bool

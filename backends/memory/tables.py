@@ -17,7 +17,7 @@ from tkg.models import Kind, Record, Vector
 from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
-from .arrays import Column, ObjectList, any_of
+from .arrays import Column, ObjectList, any_of, around
 from .rows import CODECS, Row, RowCodec
 from .vectors import Mask
 
@@ -276,17 +276,26 @@ class Table:
         tx = to_micros(scope.known_at)
         mask &= col(self.created) <= tx
         if self.kind is Kind.FACT and scope.as_of is not None:
-            at = to_micros(scope.as_of)
-            expired = col(self.expired)
-            # A supersession learnt after known_at is not yet known then: the fact ends where it ended before
-            # (prior_invalid_at; tkg.timeline.believed_invalid_at). expired_at None is stored as MAX.
-            invalid = np.where((expired > tx) & (expired != MAX), col(self.prior), col(self.invalid))
-            mask &= (col(self.valid) <= at) & (at < invalid)
+            mask &= self.holding(to_micros(scope.as_of), self.believed_ends(tx, rows), rows)
         elif self.kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
             mask &= col(self.valid) <= to_micros(scope.as_of)
         if scope.filters:
             self._filter(mask, scope.filters, relation_codes, col)
         return mask
+
+    def believed_ends(self, tx: int, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.int64]:
+        """Each fact's end as known at ``tx`` (MAX: open), over all slots or ``rows``. A supersession learnt after
+        ``tx`` is not yet known then: the fact ends where it ended before (``prior_invalid_at``;
+        :func:`tkg.timeline.believed_invalid_at`). expired_at None is stored as MAX."""
+        expired, prior, invalid = (
+            c.view() if rows is None else c.view()[rows] for c in (self.expired, self.prior, self.invalid)
+        )
+        return np.where((expired > tx) & (expired != MAX), prior, invalid)
+
+    def holding(self, at: int, ends: npt.NDArray[np.int64], rows: npt.NDArray[np.int64] | None = None) -> Mask:
+        """Where a fact held in the world at ``at``, given its believed ``ends`` (over all slots, or ``rows``)."""
+        valid = self.valid.view() if rows is None else self.valid.view()[rows]
+        return (valid <= at) & (at < ends)  # type: ignore[no-any-return]
 
     def stable_interval(self, now: int, event_time: bool, rows: npt.NDArray[np.int64] | None = None) -> tuple[int, int]:
         """``[lo, hi)`` around ``now`` in which no stored timestamp that a "now" mask depends on changes its
@@ -297,9 +306,8 @@ class Table:
             columns += [self.valid, self.invalid, self.expired, self.prior]
         lo, hi = MIN, MAX
         for column in columns:
-            values = column.view() if rows is None else column.view()[rows]
-            lo = max(lo, int(values.max(initial=MIN, where=values <= now)))
-            hi = min(hi, int(values.min(initial=MAX, where=values > now)))
+            below, above = around(column.view() if rows is None else column.view()[rows], now)
+            lo, hi = max(lo, below), min(hi, above)
         return lo, hi
 
     def _filter(
