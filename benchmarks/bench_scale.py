@@ -110,17 +110,22 @@ def _fact_inputs(rng: random.Random, vocab: bench_core.Vocabulary, count: int) -
 
 
 def _search(
-    memory: tkg.Memory, queries: Sequence[str], warmup: int, embedder: bench_core.TimedEmbedder
+    memory: tkg.Memory,
+    queries: Sequence[str],
+    warmup: int,
+    embedder: bench_core.TimedEmbedder,
+    times_asked: Sequence[dict[str, datetime]] | None = None,
 ) -> dict[str, Any]:
     """Memory.search latency: wall time (``ms``) and engine time (``engine_ms``: minus the time inside ``embedder``,
-    the memory's embedder)."""
-    for query in queries[:warmup]:
-        memory.search(query, group_ids=[GROUP], limit=10)
+    the memory's embedder). ``times_asked``: each query's ``as_of`` / ``known_at`` arguments (default: none, now)."""
+    asked = list(times_asked) if times_asked is not None else [{} for _ in queries]
+    for query, at in zip(queries[:warmup], asked, strict=False):
+        memory.search(query, group_ids=[GROUP], limit=10, **at)
     times, engine, hits = [], [], 0
-    for query in queries[warmup:]:
+    for query, at in zip(queries[warmup:], asked[warmup:], strict=True):
         embedder.seconds = 0.0
         start = time.perf_counter()
-        found = memory.search(query, group_ids=[GROUP], limit=10)
+        found = memory.search(query, group_ids=[GROUP], limit=10, **at)
         times.append(time.perf_counter() - start)
         engine.append(times[-1] - embedder.seconds)
         hits += len(found.facts) + len(found.entities) + len(found.episodes)
@@ -238,6 +243,15 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
         "restored": loaded.stats().get("restored", {}),
         "search": _search(memory, queries, args.warmup, embedder),
     }
+    # The same queries at past times: as of a time in the graph's event span, or known at a time in its
+    # transaction span (what the memory had recorded by then), one random time each.
+    past = random.Random(bench_core.SEED + 2)
+    for name, argument, (first, last) in (
+        ("search_as_of", "as_of", (bench_core.VALID_EARLIEST, bench_core.CLOCK_START)),
+        ("search_known_at", "known_at", (bench_core.BASE_START, bench_core.BASE_END)),
+    ):
+        asked = [{argument: first + (last - first) * past.random()} for _ in queries]
+        out[name] = _search(memory, queries, args.warmup, embedder, asked)
     if args.profile and out["search"]["ms"]["p95"] >= TARGET_SEARCH_MS:
         out["search_profile"] = bench_core.profile(
             f"search after a load at N={n_facts:,}",
@@ -320,6 +334,10 @@ def _r(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
+def _p50_p95(ms: dict[str, float] | None) -> str | None:
+    return None if ms is None else f"{ms['p50']:.2f} / {ms['p95']:.2f}"
+
+
 def build_payload(runs: list[dict[str, Any]], args: argparse.Namespace, started: str, seconds: float) -> dict:
     first = args.precisions[0]
     results = [r for r in runs if r.get("precision", "float32") == first]
@@ -346,6 +364,14 @@ def build_payload(runs: list[dict[str, Any]], args: argparse.Namespace, started:
         row("search ms p50", [_r(r["search"]["ms"]["p50"]) for r in results]),
         row("search ms p95", [_r(r["search"]["ms"]["p95"]) for r in results]),
         row("search ms p95 after load", [_r(r["loaded"]["search"]["ms"]["p95"]) for r in results]),
+        row(
+            "search ms p50 / p95 as of a past time, after load",
+            [_p50_p95(r["loaded"].get("search_as_of", {}).get("ms")) for r in results],
+        ),
+        row(
+            "search ms p50 / p95 known at a past time, after load",
+            [_p50_p95(r["loaded"].get("search_known_at", {}).get("ms")) for r in results],
+        ),
         row(
             f"fact cosine recall@10 against exact (ef_search {DEFAULT_EF})",
             [_r(r["loaded"]["by_ef"][str(DEFAULT_EF)]["recall"]["recall"], 3) for r in results],
@@ -376,17 +402,14 @@ def build_payload(runs: list[dict[str, Any]], args: argparse.Namespace, started:
     def by_ef(ef: int, show: Callable[[dict[str, Any]], Any]) -> list[Any]:
         return [show(r["loaded"]["by_ef"][str(ef)]) if str(ef) in r["loaded"]["by_ef"] else None for r in results]
 
-    def p50_p95(ms: dict[str, float]) -> str:
-        return f"{ms['p50']:.2f} / {ms['p95']:.2f}"
-
     ef_rows = []
     for ef in efs:
         ef_rows += [
             row(f"ef_search {ef}: fact cosine recall@10", by_ef(ef, lambda e: _r(e["recall"]["recall"], 3))),
-            row(f"ef_search {ef}: fact cosine search ms p50 / p95", by_ef(ef, lambda e: p50_p95(e["recall"]["ms"]))),
+            row(f"ef_search {ef}: fact cosine search ms p50 / p95", by_ef(ef, lambda e: _p50_p95(e["recall"]["ms"]))),
             row(
                 f"ef_search {ef}: hybrid search engine ms p50 / p95",
-                by_ef(ef, lambda e: p50_p95(e["search"]["engine_ms"])),
+                by_ef(ef, lambda e: _p50_p95(e["search"]["engine_ms"])),
             ),
         ]
     breakdown_keys = list(results[0]["breakdown_mb"])
@@ -397,7 +420,9 @@ def build_payload(runs: list[dict[str, Any]], args: argparse.Namespace, started:
         "Graph: bench_core's base graph -- per fact 1/3 entity and 1/3 message episode, each with a 384-d vector, so "
         "1.67 vectors per fact.",
         f"Engine ms = wall time minus time inside {EMBEDDERS[args.embedder]} and RulesLLM. Search = Memory.search, "
-        "hybrid, limit 10, query embedding included.",
+        "hybrid, limit 10, query embedding included. As of / known at a past time: the same queries, each with a "
+        "random as_of in the facts' event span (2015 to the benchmark's now) or a random known_at in the span "
+        "their records were created over (the view of what the memory had recorded by then).",
         f"Recall: {bench_core.RECALL_QUERIES} of the queries, the store's cosine search over facts (k 10, the "
         "group's current facts) against exact cosine over all of them; a returned fact counts when its exact score "
         "reaches the 10th best.",
