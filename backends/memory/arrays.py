@@ -26,7 +26,7 @@ def any_of(column: npt.NDArray, codes: list[int]) -> npt.NDArray[np.bool_]:  # t
 
 def around(values: npt.NDArray[np.int64], now: int) -> tuple[int, int]:
     """The largest of ``values`` at or before ``now`` and the smallest after it; the int64 minimum, the maximum, where
-    there is none. Two passes of unsigned arithmetic (~5x faster than reductions under a ``where`` mask at a
+    there is none. Two passes of unsigned arithmetic (~10x faster than reductions under a ``where`` mask at a
     million values): subtracting ``now + 1`` modulo 2**64 maps the values after ``now`` to the smallest unsigned
     numbers, in their order, and every other value above them; subtracting each from ``now`` maps those at or
     before ``now`` alike."""
@@ -65,6 +65,10 @@ class Column:
 
     def view(self) -> npt.NDArray:  # type: ignore[type-arg]
         return self._data[: self.size]
+
+    def at(self, rows: npt.NDArray[np.int64] | None) -> npt.NDArray:  # type: ignore[type-arg]
+        """The filled prefix (``rows`` None), or its values at ``rows``, in that order."""
+        return self._data[: self.size] if rows is None else self._data[: self.size][rows]
 
 
 class Matrix:

@@ -262,7 +262,7 @@ class Table:
         """The scope's mask over all slots, or over the slots ``rows`` only (in that order)."""
 
         def col(column: Column) -> npt.NDArray:  # type: ignore[type-arg]
-            return column.view() if rows is None else column.view()[rows]
+            return column.at(rows)
 
         mask = col(self.alive).copy()
         if scope is None:
@@ -287,15 +287,12 @@ class Table:
         """Each fact's end as known at ``tx`` (MAX: open), over all slots or ``rows``. A supersession learnt after
         ``tx`` is not yet known then: the fact ends where it ended before (``prior_invalid_at``;
         :func:`tkg.timeline.believed_invalid_at`). expired_at None is stored as MAX."""
-        expired, prior, invalid = (
-            c.view() if rows is None else c.view()[rows] for c in (self.expired, self.prior, self.invalid)
-        )
-        return np.where((expired > tx) & (expired != MAX), prior, invalid)
+        expired = self.expired.at(rows)
+        return np.where((expired > tx) & (expired != MAX), self.prior.at(rows), self.invalid.at(rows))
 
     def holding(self, at: int, ends: npt.NDArray[np.int64], rows: npt.NDArray[np.int64] | None = None) -> Mask:
         """Where a fact held in the world at ``at``, given its believed ``ends`` (over all slots, or ``rows``)."""
-        valid = self.valid.view() if rows is None else self.valid.view()[rows]
-        return (valid <= at) & (at < ends)  # type: ignore[no-any-return]
+        return (self.valid.at(rows) <= at) & (at < ends)  # type: ignore[no-any-return]
 
     def stable_interval(self, now: int, event_time: bool, rows: npt.NDArray[np.int64] | None = None) -> tuple[int, int]:
         """``[lo, hi)`` around ``now`` in which no stored timestamp that a "now" mask depends on changes its
@@ -306,7 +303,7 @@ class Table:
             columns += [self.valid, self.invalid, self.expired, self.prior]
         lo, hi = MIN, MAX
         for column in columns:
-            below, above = around(column.view() if rows is None else column.view()[rows], now)
+            below, above = around(column.at(rows), now)
             lo, hi = max(lo, below), min(hi, above)
         return lo, hi
 
