@@ -443,13 +443,6 @@ class InMemoryStore(Store):
         now = to_micros(scope.known_at)
         if scope.as_of is not None and not (kind is Kind.FACT or (kind is Kind.EPISODE and scope.explicit_as_of)):
             scope = replace(scope, as_of=None, explicit_as_of=False)  # event time does not bear on this kind
-        elif kind is Kind.FACT and scope.explicit_as_of and not scope.explicit_known_at and scope.as_of is not None:
-            # As of a time, as known now: the view of now without event time (cached with its interval), narrowed
-            # to the facts that held then by their ends as known now (cached likewise).
-            base = self._mask(kind, replace(scope, as_of=None, explicit_as_of=False))
-            mask = base & table.holding(to_micros(scope.as_of), self._fact_ends(table, now))
-            mask.setflags(write=False)
-            return mask
         moving = (
             not scope.explicit_as_of
             and not scope.explicit_known_at
@@ -461,6 +454,11 @@ class InMemoryStore(Store):
             if cached[0] == table.version:
                 return cached[3]
             mask, lo, hi = self._updated_mask(table, scope, cached, now, moving)
+        elif kind is Kind.FACT and scope.explicit_as_of and not scope.explicit_known_at and scope.as_of is not None:
+            # As of a time, as known now: the view of now without event time (cached with its interval), narrowed
+            # to the facts that held then by their ends as known now (cached likewise).
+            base = self._mask(kind, replace(scope, as_of=None, explicit_as_of=False))
+            mask, lo, hi = base & table.holding(to_micros(scope.as_of), self._fact_ends(table, now)), MIN, MAX
         else:
             mask = table.mask(scope, self._group_codes, self._relation_codes)
             lo, hi = table.stable_interval(now, scope.as_of is not None) if moving else (MIN, MAX)
