@@ -640,13 +640,35 @@ def run_add_episodes(bench: Bench, texts: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def run_searches(bench: Bench, queries: Sequence[str]) -> dict[str, Any]:
+#: Searches at past times (bench_scale, bench_postgres): as of a random time in the base graph's event span, or
+#: known at a random time in its transaction span (what the memory had recorded by then).
+PAST_TIMES = (
+    ("search_as_of", "as_of", (VALID_EARLIEST, CLOCK_START)),
+    ("search_known_at", "known_at", (BASE_START, BASE_END)),
+)
+
+
+def past_times(count: int, seed: int = SEED + 2) -> dict[str, list[dict[str, datetime]]]:
+    """For each search of :data:`PAST_TIMES`, ``count`` searches' time arguments, one random time each."""
+    rng = random.Random(seed)
+    return {
+        name: [{argument: first + (last - first) * rng.random()} for _ in range(count)]
+        for name, argument, (first, last) in PAST_TIMES
+    }
+
+
+def run_searches(
+    bench: Bench, queries: Sequence[str], times_asked: Sequence[dict[str, datetime]] | None = None
+) -> dict[str, Any]:
+    """Memory.search latency over ``queries``; ``times_asked``: each query's ``as_of`` / ``known_at`` arguments
+    (default: none, now)."""
     memory, embedder = bench.memory, bench.embedder
+    asked = list(times_asked) if times_asked is not None else [{} for _ in queries]
     total, without_embed, hits = [], [], []
-    for query in queries:
+    for query, at in zip(queries, asked, strict=True):
         embedder.seconds = 0.0
         start = time.perf_counter()
-        results = memory.search(query, group_ids=[GROUP], limit=10)
+        results = memory.search(query, group_ids=[GROUP], limit=10, **at)
         elapsed = time.perf_counter() - start
         total.append(elapsed)
         without_embed.append(elapsed - embedder.seconds)

@@ -243,14 +243,8 @@ def worker_load(n_facts: int, args: argparse.Namespace, snapshot: Path) -> dict[
         "restored": loaded.stats().get("restored", {}),
         "search": _search(memory, queries, args.warmup, embedder),
     }
-    # The same queries at past times: as of a time in the graph's event span, or known at a time in its
-    # transaction span (what the memory had recorded by then), one random time each.
-    past = random.Random(bench_core.SEED + 2)
-    for name, argument, (first, last) in (
-        ("search_as_of", "as_of", (bench_core.VALID_EARLIEST, bench_core.CLOCK_START)),
-        ("search_known_at", "known_at", (bench_core.BASE_START, bench_core.BASE_END)),
-    ):
-        asked = [{argument: first + (last - first) * past.random()} for _ in queries]
+    # The same queries at past times (bench_core.PAST_TIMES).
+    for name, asked in bench_core.past_times(len(queries)).items():
         out[name] = _search(memory, queries, args.warmup, embedder, asked)
     if args.profile and out["search"]["ms"]["p95"] >= TARGET_SEARCH_MS:
         out["search_profile"] = bench_core.profile(

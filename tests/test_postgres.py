@@ -1004,6 +1004,29 @@ def test_bm25_ranked_reads_the_stale_seqs_whatever_the_order_of_the_rows() -> No
         assert list(got[0]) == list(want[0]) and list(got[1]) == list(want[1])
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 1.25, 2.0, 3.5]), max_size=300),
+    st.integers(1, 40),
+)
+def test_best_first_gives_every_document_once_best_first_in_growing_batches(scores: list[float], first: int) -> None:
+    """The admission check of a BM25 search reads the documents in these batches until k pass: together they are
+    every document, ranked by score then seq (as top_k ranks), the first batch of ``first`` and each later one up
+    to three times as many as given before it (four times as many in all)."""
+    from tkg.backends.postgres.search import best_first
+
+    seqs = np.arange(len(scores), dtype=np.int64) * 3 + 7  # ascending, as bm25_ranked gives them
+    values = np.array(scores, dtype=np.float32)
+    batches = list(best_first(seqs, values, first))
+    given_seqs = [int(s) for b, _ in batches for s in b]
+    assert given_seqs == sorted(seqs.tolist(), key=lambda s: (-values[(s - 7) // 3], s))
+    assert [float(v) for _, b in batches for v in b] == [float(values[(s - 7) // 3]) for s in given_seqs]
+    sizes = [len(b) for b, _ in batches]
+    assert sizes[0] == min(first, len(scores))
+    for i in range(1, len(sizes)):
+        assert 0 < sizes[i] <= 3 * sum(sizes[:i]) and (sizes[i] == 3 * sum(sizes[:i]) or i == len(sizes) - 1)
+
+
 def test_a_rewrite_that_keeps_the_search_text_keeps_its_postings_and_marks_nothing_stale(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
