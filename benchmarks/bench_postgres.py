@@ -213,8 +213,9 @@ def measure(
                 out["database_mb"] = float(row[0]) / 2**20 if row else None
                 pid = cur.execute("SELECT pg_backend_pid()").fetchone()
                 out["server_pss_mb"] = server_pss_mb(int(pid[0])) if pid else None
-                if drop:
-                    cur.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        if drop:  # once the store is closed: its worker may still be indexing the last writes until then
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     out["build_records_s"] = build_s
     out["rss_mb"]["after_imports"] = rss_base
     out["rss_mb"]["store"] = out["rss_mb"]["current"] - rss_base
