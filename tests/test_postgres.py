@@ -1027,6 +1027,47 @@ def test_best_first_gives_every_document_once_best_first_in_growing_batches(scor
         assert 0 < sizes[i] <= 3 * sum(sizes[:i]) and (sizes[i] == 3 * sum(sizes[:i]) or i == len(sizes) - 1)
 
 
+@pytest.mark.parametrize("admitted_set", [1024, 3, 1])
+def test_episodes_as_of_an_early_time_are_the_best_of_the_few_it_admits(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, admitted_set: int
+) -> None:
+    """As of a time before most episodes, the best documents are not admitted: the search finds the best of those
+    that are, as the reference store does, whether the admitted records are read at once through the timeline
+    index (few of them) or the best documents checked in batches (more than the store reads at once)."""
+    from tkg.backends.postgres import search
+    from tkg.backends.reference import ReferenceStore
+
+    monkeypatch.setattr(search, "_ADMITTED_SET", admitted_set)
+    # Later episodes say "tea" more often (so score higher); two groups, to keep the other one out.
+    episodes = [
+        Episode(
+            id=f"{group}{i}",
+            group_id=group,
+            content=" ".join(["tea"] * (1 + i % 5) + ["with", f"friend{i % 3}", "at", "noon"]),
+            source="text",
+            reference_time=T0 + timedelta(days=i),
+            created_at=T0 + timedelta(days=i),
+        )
+        for group in ("g", "h")
+        for i in range(40)
+    ]
+    oracle = ReferenceStore(dim=DIM)
+    with PostgresStore(server.dsn, dim=DIM, schema=new_postgres_schema()) as store:
+        for s in (store, oracle):
+            s.write(WriteBatch(puts=episodes))
+        for day, query in ((2, "tea"), (6, "tea friend1"), (9, "tea noon"), (25, "tea friend2"), (-1, "tea")):
+            scope = make_scope(T0 + timedelta(days=60), ["g"], as_of=T0 + timedelta(days=day, hours=1))
+            for k in (1, 3, 10):
+                want = oracle.text_search(Kind.EPISODE, query, k, scope)
+                got = store.text_search(Kind.EPISODE, query, k, scope)
+                assert [(h.id, round(h.score, 5)) for h in got] == [(h.id, round(h.score, 5)) for h in want], (
+                    day,
+                    query,
+                    k,
+                )
+                assert all(h.id.startswith("g") and int(h.id[1:]) <= day for h in got)
+
+
 def test_a_rewrite_that_keeps_the_search_text_keeps_its_postings_and_marks_nothing_stale(
     server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:

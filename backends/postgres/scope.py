@@ -43,6 +43,19 @@ def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
     return " AND ".join(parts)
 
 
+def index_bounds(kind: Kind, scope: Scope | None) -> bool:
+    """Whether an index reads only the records ``scope`` admits, so that a few admitted among many are found
+    without reading the others: episodes as of a time asked for, in the groups asked (``episodes_timeline``, by
+    group then reference time). The other conditions (validity, creation) have no index."""
+    return (
+        scope is not None
+        and kind is Kind.EPISODE
+        and scope.explicit_as_of
+        and scope.as_of is not None
+        and scope.group_ids is not None
+    )
+
+
 def _filters(kind: Kind, filters: Filters, params: dict[str, Any]) -> list[str]:
     parts: list[str] = []
     if filters.labels is not None and kind is Kind.ENTITY:

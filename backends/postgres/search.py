@@ -26,7 +26,7 @@ from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
 from .pack_cache import Held
 from .records import from_rows, select
 from .schema import TABLES
-from .scope import scope_where
+from .scope import index_bounds, scope_where
 from .session import Session
 from .terms import GEN, POSTING, UPTO, postings_table
 
@@ -58,6 +58,10 @@ _POSTING = np.dtype([("seq", ">i8"), ("tf", ">i4"), ("dl", ">i4")])  # the layou
 #: The best documents are checked against the scope in batches, this many times k first (then the next ones, until
 #: four times as many are checked, each time fewer than k of them passed).
 _FIRST_BATCH = 2
+
+#: Where an index finds what a scope admits (:func:`.scope.index_bounds`), up to this many admitted records are
+#: read at once instead of checking the best documents in batches.
+_ADMITTED_SET = 1024
 
 
 def best_first(
@@ -303,9 +307,12 @@ class Search(Session):
         params: dict[str, Any] = {"kind": kind.value, "terms": terms}
         where = scope_where(kind, scope, params)
         postings = self._q(postings_statement(kind))
-        admitted = self._q(
-            f"SELECT seq, id FROM {{s}}.{TABLES[kind].name} WHERE seq = ANY(%(seqs)s::int8[]) AND {where}"
-        )
+        table = TABLES[kind].name
+        admitted = self._q(f"SELECT seq, id FROM {{s}}.{table} WHERE seq = ANY(%(seqs)s::int8[]) AND {where}")
+        # Where an index reads only what the scope admits, the records it admits, when few (fewer than
+        # _ADMITTED_SET): read once the best batch came back short, they settle the search in one statement.
+        admitted_set = self._q(f"SELECT seq, id FROM {{s}}.{table} WHERE {where} LIMIT {_ADMITTED_SET}")
+        indexed = index_bounds(kind, scope)
 
         def run(cur: psycopg.Cursor[Any]) -> list[tuple[str, float]]:
             # Every posting of the query's terms is scored here, not in SQL (PostgreSQL's executor costs ~1 us per
@@ -319,13 +326,21 @@ class Search(Session):
             if not len(seqs):
                 return []
             found: list[tuple[str, float]] = []
+            narrow = indexed
             for batch, batch_scores in best_first(seqs, scores, _FIRST_BATCH * k):
                 ids = dict(cur.execute(admitted, {**params, "seqs": int8_array(batch)}).fetchall())
                 if ids:
                     passed = np.flatnonzero(np.isin(batch, np.fromiter(ids, np.int64, len(ids))))
                     found += [(ids[int(batch[i])], float(batch_scores[i])) for i in passed[: k - len(found)]]
-                if len(found) >= k:
+                if len(found) >= k or len(batch) == len(seqs):
                     break
+                if narrow:
+                    rows = cur.execute(admitted_set, params).fetchall()
+                    if len(rows) < _ADMITTED_SET:  # every record the scope admits: the best of them
+                        ids = dict(rows)
+                        inside = np.flatnonzero(np.isin(seqs, np.fromiter(ids, np.int64, len(ids))))
+                        return [(ids[seq], score) for seq, score in top_k(seqs[inside], scores[inside], k)]
+                    narrow = False
             return found
 
         return [Hit(rid, score) for rid, score in self._read(run)]
