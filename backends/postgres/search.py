@@ -85,6 +85,11 @@ def best_first(
         start *= 4
 
 
+def _among(seqs: npt.NDArray[np.int64], ids: dict[int, str]) -> npt.NDArray[np.int64]:
+    """The positions in ``seqs`` of the seqs that are keys of ``ids``, in order."""
+    return np.flatnonzero(np.isin(seqs, np.fromiter(ids, np.int64, len(ids)))) if ids else np.zeros(0, np.int64)
+
+
 def int8_array(values: npt.NDArray[np.int64]) -> str:
     """``values`` as the text of a PostgreSQL int8[] (psycopg adapts a list element by element: ~0.7 us each, 10 ms
     for the 14k documents of a search whose scope admits few; the text form costs ~0.1 us each)."""
@@ -311,8 +316,11 @@ class Search(Session):
         admitted = self._q(f"SELECT seq, id FROM {{s}}.{table} WHERE seq = ANY(%(seqs)s::int8[]) AND {where}")
         # Where an index reads only what the scope admits, the records it admits, when few (fewer than
         # _ADMITTED_SET): read once the best batch came back short, they settle the search in one statement.
-        admitted_set = self._q(f"SELECT seq, id FROM {{s}}.{table} WHERE {where} LIMIT {_ADMITTED_SET}")
-        indexed = index_bounds(kind, scope)
+        admitted_set = (
+            self._q(f"SELECT seq, id FROM {{s}}.{table} WHERE {where} LIMIT {_ADMITTED_SET}")
+            if index_bounds(kind, scope)
+            else None
+        )
 
         def run(cur: psycopg.Cursor[Any]) -> list[tuple[str, float]]:
             # Every posting of the query's terms is scored here, not in SQL (PostgreSQL's executor costs ~1 us per
@@ -326,21 +334,19 @@ class Search(Session):
             if not len(seqs):
                 return []
             found: list[tuple[str, float]] = []
-            narrow = indexed
+            narrow = admitted_set
             for batch, batch_scores in best_first(seqs, scores, _FIRST_BATCH * k):
                 ids = dict(cur.execute(admitted, {**params, "seqs": int8_array(batch)}).fetchall())
-                if ids:
-                    passed = np.flatnonzero(np.isin(batch, np.fromiter(ids, np.int64, len(ids))))
-                    found += [(ids[int(batch[i])], float(batch_scores[i])) for i in passed[: k - len(found)]]
+                found += [(ids[int(batch[i])], float(batch_scores[i])) for i in _among(batch, ids)[: k - len(found)]]
                 if len(found) >= k or len(batch) == len(seqs):
                     break
-                if narrow:
-                    rows = cur.execute(admitted_set, params).fetchall()
+                if narrow is not None:
+                    rows = cur.execute(narrow, params).fetchall()
                     if len(rows) < _ADMITTED_SET:  # every record the scope admits: the best of them
                         ids = dict(rows)
-                        inside = np.flatnonzero(np.isin(seqs, np.fromiter(ids, np.int64, len(ids))))
+                        inside = _among(seqs, ids)
                         return [(ids[seq], score) for seq, score in top_k(seqs[inside], scores[inside], k)]
-                    narrow = False
+                    narrow = None
             return found
 
         return [Hit(rid, score) for rid, score in self._read(run)]
