@@ -79,12 +79,12 @@ def run_backend(
     if isinstance(llm, tkg.ScriptedLLM):
         llm.calls.clear()  # the double keeps every prompt; they are not the store's memory
     gc.collect()
-    core.run_searches(bench, queries[:warmup])
-    searched = core.run_searches(bench, queries[warmup:])
+    core.run_searches(memory, embedder, queries[:warmup])
+    searched = core.run_searches(memory, embedder, queries[warmup:])
     past = {}  # the same queries at past times, after a warm-up of their own
     for name, asked in core.past_times(len(queries)).items():
-        core.run_searches(bench, queries[:warmup], asked[:warmup])
-        past[name] = core.run_searches(bench, queries[warmup:], asked[warmup:])
+        core.run_searches(memory, embedder, queries[:warmup], asked[:warmup])
+        past[name] = core.run_searches(memory, embedder, queries[warmup:], asked[warmup:])
     gc.collect()
     peak, current = core.rss_mb()
     # Search quality beside the timings (after the RSS reading: the exact scan reads every fact's vector):

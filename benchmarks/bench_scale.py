@@ -116,20 +116,17 @@ def _search(
     embedder: bench_core.TimedEmbedder,
     times_asked: Sequence[dict[str, datetime]] | None = None,
 ) -> dict[str, Any]:
-    """Memory.search latency: wall time (``ms``) and engine time (``engine_ms``: minus the time inside ``embedder``,
-    the memory's embedder). ``times_asked``: each query's ``as_of`` / ``known_at`` arguments (default: none, now)."""
-    asked = list(times_asked) if times_asked is not None else [{} for _ in queries]
-    for query, at in zip(queries[:warmup], asked, strict=False):
-        memory.search(query, group_ids=[GROUP], limit=10, **at)
-    times, engine, hits = [], [], 0
-    for query, at in zip(queries[warmup:], asked[warmup:], strict=True):
-        embedder.seconds = 0.0
-        start = time.perf_counter()
-        found = memory.search(query, group_ids=[GROUP], limit=10, **at)
-        times.append(time.perf_counter() - start)
-        engine.append(times[-1] - embedder.seconds)
-        hits += len(found.facts) + len(found.entities) + len(found.episodes)
-    return {"ms": _ms(times), "engine_ms": _ms(engine), "results_per_query": hits / max(1, len(times))}
+    """Memory.search latency after ``warmup`` unmeasured queries (:func:`bench_core.run_searches`), under this
+    benchmark's keys: wall time (``ms``) and engine time (``engine_ms``: minus the time inside ``embedder``, the
+    memory's embedder). ``times_asked``: each query's ``as_of`` / ``known_at`` arguments (default: none, now)."""
+    asked = None if times_asked is None else list(times_asked)
+    bench_core.run_searches(memory, embedder, queries[:warmup], None if asked is None else asked[:warmup])
+    timed = bench_core.run_searches(memory, embedder, queries[warmup:], None if asked is None else asked[warmup:])
+    return {
+        "ms": timed["total_ms"],
+        "engine_ms": timed["excluding_embed_ms"],
+        "results_per_query": timed["results_per_query"],
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
