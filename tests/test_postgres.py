@@ -5,6 +5,7 @@ half-written)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import string
 import threading
@@ -1523,8 +1524,9 @@ def test_the_worker_indexes_a_kind_once_a_store_put_enough_of_its_rows_and_the_r
 
 
 def test_a_version_9_schema_keeps_its_rows_indexed_and_makes_its_hnsw_indexes_partial_on_upgrade(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Also: the upgrade, which can take minutes, says so before it starts, and how long it took."""
     from tkg.backends.reference import ReferenceStore
 
     schema = schema_at(server, monkeypatch, 9)
@@ -1537,10 +1539,19 @@ def test_a_version_9_schema_keeps_its_rows_indexed_and_makes_its_hnsw_indexes_pa
         )  # type: ignore[index]
     oracle = ReferenceStore(dim=DIM)
     oracle.write(WriteBatch(puts=people))
-    with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
+    with caplog.at_level(logging.INFO, logger="tkg.backends.postgres.schema"):
+        upgraded = PostgresStore(server.dsn, dim=DIM, schema=schema)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "tkg.backends.postgres.schema"]
+    assert said[0][0] == logging.WARNING and f"{schema!r} from version 9 to {SCHEMA_VERSION}" in said[0][1]
+    assert said[-1][0] == logging.INFO and said[-1][1].startswith(f"upgraded the tkg schema {schema!r} to version")
+    with upgraded:
         assert _unindexed(server, schema)["entities"] == 0
         assert all(d.endswith("WHERE indexed") for d in _hnsw_definitions(server, schema))
         _same_cosine_answers(upgraded, oracle, seed=6)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tkg.backends.postgres.schema"):
+        PostgresStore(server.dsn, dim=DIM, schema=schema).close()  # current: nothing to say
+    assert not [r for r in caplog.records if r.name == "tkg.backends.postgres.schema"]
 
 
 # -- several processes ----------------------------------------------------------------------------------------------
