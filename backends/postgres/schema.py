@@ -460,8 +460,8 @@ def ensure_schema(
             if version > 0:  # an upgrade works over every record stored: minutes for a large memory, said first
                 log.warning(
                     "upgrading the tkg schema %r from version %d to %d: a migration works over every record it "
-                    "holds, which takes minutes for a large memory (schema 10 rebuilds the HNSW indexes: 43 s at "
-                    "100,000 facts, 11 min at 1,000,000 with 4 GB of build memory); other processes opening it wait",
+                    "holds, which can take minutes for a large memory (README: Schema and migrations); other "
+                    "processes opening it wait",
                     schema,
                     version,
                     SCHEMA_VERSION,
