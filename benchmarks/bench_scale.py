@@ -119,9 +119,9 @@ def _search(
     """Memory.search latency after ``warmup`` unmeasured queries (:func:`bench_core.run_searches`), under this
     benchmark's keys: wall time (``ms``) and engine time (``engine_ms``: minus the time inside ``embedder``, the
     memory's embedder). ``times_asked``: each query's ``as_of`` / ``known_at`` arguments (default: none, now)."""
-    asked = None if times_asked is None else list(times_asked)
-    bench_core.run_searches(memory, embedder, queries[:warmup], None if asked is None else asked[:warmup])
-    timed = bench_core.run_searches(memory, embedder, queries[warmup:], None if asked is None else asked[warmup:])
+    asked = list(times_asked) if times_asked is not None else [{} for _ in queries]
+    bench_core.run_searches(memory, embedder, queries[:warmup], asked[:warmup])
+    timed = bench_core.run_searches(memory, embedder, queries[warmup:], asked[warmup:])
     return {
         "ms": timed["total_ms"],
         "engine_ms": timed["excluding_embed_ms"],
