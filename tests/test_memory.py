@@ -130,6 +130,13 @@ def test_json_episode_is_kept_verbatim(memory):
         memory.add_episode("{broken", source="json", group_id="g")
 
 
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -142,6 +149,12 @@ def test_json_episode_is_kept_verbatim(memory):
         ({"content": "Ann: hi", "source": "email"}, EpisodeError, "unknown"),
         ({"content": "Ann: hi", "group_id": "bad group!"}, ValidationError, "group_id"),
         ({"content": 42}, EpisodeError, "must be a string"),
+        # what a snapshot could not hold, refused at the door rather than by every later save
+        ({"content": "Ann: hi", "metadata": {"order": 2**70}}, ValidationError, "wider than 64 bits"),
+        ({"content": "Ann: hi", "metadata": {"a": _nested(600)}}, ValidationError, "deeper than 100 levels"),
+        ({"content": _nested(3000), "source": "json"}, ValidationError, "deeper than 100 levels"),
+        ({"content": "[" * 3000 + "]" * 3000, "source": "json"}, EpisodeError, "deeper than 100 levels"),
+        ({"content": "[" * 200 + "]" * 200, "source": "json"}, ValidationError, "deeper than 100 levels"),
     ],
 )
 def test_bad_episodes_are_refused_and_change_nothing(memory, kwargs, error, match):
@@ -152,6 +165,15 @@ def test_bad_episodes_are_refused_and_change_nothing(memory, kwargs, error, matc
         memory.add_episode(**{"group_id": "g", **kwargs})
     assert snapshot_of(memory) == before
     assert len(memory.llm.calls) == calls  # refused before spending an LLM call
+
+
+def test_nesting_up_to_the_limit_is_stored_and_saved(memory, tmp_path):
+    deep = _nested(100)
+    memory.add_episode("Ann: hi", group_id="g", metadata={"deep": deep[0]})
+    memory.add_episode(deep, source="json", group_id="g")
+    memory.save(tmp_path / "m.tkg")
+    loaded = Memory.load(tmp_path / "m.tkg", embedder=memory.embedder)
+    assert snapshot_of(loaded) == snapshot_of(memory)
 
 
 def test_bad_facts_are_refused(memory):

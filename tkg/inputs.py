@@ -16,7 +16,17 @@ from typing import Any
 from tkg.config import MemoryConfig
 from tkg.drafts import Draft, add_fact
 from tkg.errors import EpisodeError, TimestampError, ValidationError
-from tkg.models import Episode, EpisodeSource, check_group_id, check_id, check_text, new_id
+from tkg.models import (
+    MAX_NESTING,
+    Episode,
+    EpisodeSource,
+    check_group_id,
+    check_id,
+    check_nesting,
+    check_storable,
+    check_text,
+    new_id,
+)
 from tkg.temporal import resolve_time
 from tkg.timeutil import optional_utc, to_utc, utc_offset
 
@@ -108,14 +118,15 @@ def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """``metadata`` as stored with an episode: a mapping with string keys whose values JSON can hold."""
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise ValidationError("metadata must be a mapping with string keys")
+    check_nesting(metadata, "metadata")
     try:
         text = json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(
             f"metadata must hold JSON values (strings, numbers, booleans, lists, maps): {exc}"
         ) from None
-    check_text(text, "metadata")
     parsed: dict[str, Any] = json.loads(text)
+    check_storable(parsed, "metadata")  # its text, and integers a snapshot can hold
     return parsed
 
 
@@ -127,6 +138,7 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
         raise EpisodeError(f"source {item.source!r} is unknown; use one of message, text, json") from None
     content = item.content
     if kind is EpisodeSource.JSON and not isinstance(content, str):
+        check_nesting(content, "JSON episode content")
         try:
             content = json.dumps(content, ensure_ascii=False, sort_keys=True)
         except (TypeError, ValueError) as exc:
@@ -145,7 +157,11 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
     check_text(content, "episode content")
     if kind is EpisodeSource.JSON:
         try:
-            json.loads(content)
+            check_nesting(json.loads(content), "JSON episode content")
+        except RecursionError:
+            raise EpisodeError(f"JSON episode content nests deeper than {MAX_NESTING} levels") from None
+        except ValidationError:
+            raise
         except ValueError as exc:
             raise EpisodeError(f"source='json' but the content is not valid JSON: {exc}") from None
     for value, what in ((item.source_description, "source_description"), (item.name, "name")):

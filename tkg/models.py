@@ -130,9 +130,37 @@ def check_text(value: str, what: str = "text") -> str:
     return value
 
 
+#: How deeply lists and maps may nest in what tkg stores (metadata, attributes, JSON episodes): msgpack, which
+#: writes snapshots and journals, refuses past 511 levels, and Python's JSON and recursion stop near 1,000.
+MAX_NESTING = 100
+
+
+def check_nesting(value: Any, what: str = "value") -> None:
+    """Raise :class:`ValidationError` if lists and maps nest in ``value`` deeper than :data:`MAX_NESTING` levels
+    (walked without recursion, so any depth is reported, never a ``RecursionError``)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > MAX_NESTING:
+            raise ValidationError(f"{what} nests lists or maps deeper than {MAX_NESTING} levels: tkg cannot store it")
+        stack.extend((child, depth + 1) for child in children)
+
+
 def check_storable(value: Any, what: str = "value") -> None:
     """Raise :class:`ValidationError` unless ``value`` is plain data every store can hold: text (see
-    :func:`check_text`), 64-bit integers, floats, booleans, None, datetimes, lists and maps with text keys."""
+    :func:`check_text`), 64-bit integers, floats, booleans, None, datetimes, lists and maps with text keys, nested
+    at most :data:`MAX_NESTING` levels."""
+    check_nesting(value, what)
+    _check_plain(value, what)
+
+
+def _check_plain(value: Any, what: str) -> None:
     if isinstance(value, str):
         check_text(value, what)
     elif isinstance(value, bool) or value is None or isinstance(value, float | datetime):
@@ -145,10 +173,10 @@ def check_storable(value: Any, what: str = "value") -> None:
             if not isinstance(key, str):
                 raise ValidationError(f"{what} has a key that is not text: {key!r}")
             check_text(key, what)
-            check_storable(item, what)
+            _check_plain(item, what)
     elif isinstance(value, list | tuple):
         for item in value:
-            check_storable(item, what)
+            _check_plain(item, what)
     else:
         raise ValidationError(f"{what} holds a {type(value).__name__}, which tkg cannot store")
 
