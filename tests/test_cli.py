@@ -517,3 +517,33 @@ def test_module_entry_point_in_a_subprocess(snap: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("tkg: error: snapshot") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["export", "--embedder", "hash"],
+        ["graph", "Alice"],
+        ["timeline", "Alice"],
+    ],
+)
+@pytest.mark.parametrize("target", ["snapshot", "journal"])
+def test_an_output_file_that_is_the_memory_is_refused(
+    snap: Path, capsys: pytest.CaptureFixture[str], command: list[str], target: str
+) -> None:
+    out = snap if target == "snapshot" else snap.with_name(f"{snap.name}.journal.000001")
+    before = snap.read_bytes()
+    code, _, err = run(capsys, *command, "--snapshot", str(snap), "--out", str(out))
+    assert code == 2 and "is the memory itself" in err
+    assert snap.read_bytes() == before
+    assert target == "snapshot" or not out.exists()
+
+
+def test_a_failed_import_into_a_new_snapshot_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    new = tmp_path / "new.tkg"
+    code, _, err = run(capsys, "import", str(tmp_path / "missing.jsonl"), "--snapshot", str(new), "--embedder", "hash")
+    assert code == 2 and "missing.jsonl" in err
+    (tmp_path / "bad.jsonl").write_text("{not json\n", encoding="utf-8")
+    code, _, err = run(capsys, "import", str(tmp_path / "bad.jsonl"), "--snapshot", str(new), "--embedder", "hash")
+    assert code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]

@@ -54,8 +54,18 @@ from tkg.environment import (
 )
 from tkg.errors import TkgError, ValidationError
 from tkg.export import FORMATS
+from tkg.journal import segment_paths
 from tkg.llm.guard import LLMPolicy
-from tkg.locations import Location, add_store_options, check_target, location_of, opened, opened_read_only, stored_meta
+from tkg.locations import (
+    Location,
+    add_store_options,
+    check_output,
+    check_target,
+    location_of,
+    opened,
+    opened_read_only,
+    stored_meta,
+)
 from tkg.memory import Memory
 from tkg.models import Entity, Fact, Kind
 from tkg.wire_shapes import results_json
@@ -178,6 +188,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """``tkg export``: write a memory for other tools, or losslessly for ``tkg import``."""
     location = _where(args)
+    check_output(location, args.out)
     with opened(location, make_embedder(args.embedder), config=TYPO_GUARD) as memory:
         unknown = sorted(set(args.group or ()) - set(memory.groups()))
         if unknown:
@@ -191,9 +202,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     """``tkg import``: add the groups of a ``tkg export`` JSONL file to a snapshot, exactly as they were."""
     location = _where(args)
     check_target(location)
-    with opened(location, make_embedder(args.embedder), create=True, durable=True) as memory:
-        imported = memory.import_jsonl(args.file)
-        where, totals = _saved(memory, location), record_counts(memory)
+    # An import is all or nothing: one into a snapshot that did not exist leaves no file behind when it fails.
+    fresh = location.path is not None and not location.path.exists() and not segment_paths(location.path)
+    try:
+        with opened(location, make_embedder(args.embedder), create=True, durable=True) as memory:
+            imported = memory.import_jsonl(args.file)
+            where, totals = _saved(memory, location), record_counts(memory)
+    except BaseException:
+        if fresh and location.path is not None:
+            for made in [location.path, *segment_paths(location.path)]:
+                made.unlink(missing_ok=True)
+        raise
     print(f"imported {args.file}: {count_line(imported)}")
     print(f"saved {where}: {count_line(totals)} in total")
     return 0
@@ -236,7 +255,9 @@ def _picture_subject(
     """What ``tkg timeline`` and ``tkg graph`` draw: the memory (open until ``stack`` closes), the named entity, and
     the view times."""
     as_of, known_at = cli_time(args.as_of, "--as-of"), cli_time(args.known_at, "--known-at")
-    memory = stack.enter_context(opened_read_only(_where(args)))
+    location = _where(args)
+    check_output(location, args.out)
+    memory = stack.enter_context(opened_read_only(location))
     return memory, pictures.find_entity(memory, args.entity, group_ids=args.group), as_of, known_at
 
 

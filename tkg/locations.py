@@ -135,6 +135,16 @@ def check_target(location: Location) -> None:
         raise ValidationError(f"cannot save {path}: it is a directory")
 
 
+def check_output(location: Location, out: str | Path) -> None:
+    """Fail before any work when a command's output file ``out`` is the memory it reads: the snapshot at the
+    location or one of its journal segments (writing there would destroy the memory)."""
+    if location.path is None:
+        return
+    snapshot, target = location.path.resolve(), Path(out).resolve()
+    if target == snapshot or (target.parent == snapshot.parent and target.name.startswith(f"{snapshot.name}.journal.")):
+        raise ValidationError(f"--out {out} is the memory itself ({location.path}); write the output elsewhere")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # opening
 
