@@ -21,7 +21,7 @@ from tkg import FixedClock, HashEmbedder, Ontology, RelationType
 from tkg import Memory as TkgMemory
 from tkg.compat.mem0 import Memory, MemoryNotFoundError
 from tkg.compat.mem0_filters import matches, scope_group, scope_of
-from tkg.errors import EmbeddingError, ValidationError
+from tkg.errors import ConfigurationError, EmbeddingError, ValidationError
 from tkg.llm.rules import RulesLLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,7 +241,33 @@ def test_bad_calls_are_refused_with_tkg_errors() -> None:
         m.add("x", agent_id="a", memory_type="procedural_memory")
     with pytest.raises(ValidationError, match="threshold"):
         m.search("x", filters={"user_id": "u"}, threshold=2)
+    with pytest.raises(ValidationError, match="threshold"):
+        m.search("x", filters={"user_id": "u"}, threshold="0.5")
+    for filters in (["user_id", "u"], "user_id=u"):
+        with pytest.raises(ValidationError, match="filters must be a dict"):
+            m.search("x", filters=filters)  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match="filters must be a dict"):
+            m.get_all(filters=filters)  # type: ignore[arg-type]
+    for timestamp in (1e20, float("inf"), float("nan"), -1e13):
+        with pytest.raises(ValidationError, match="Unix seconds"):
+            m.add("x", user_id="u", timestamp=timestamp)
+    with pytest.raises(ValidationError, match="64 bits"):
+        m.add("x", user_id="u", metadata={"order": 2**70})
     assert m.get_all(filters={"user_id": "u"}) == {"results": []}  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"llm": "openai", "embedder": {"provider": "hash"}}, "must be a dict"),
+        ({"embedder": "hash"}, "must be a dict"),
+        ({"embedder": {"provider": "hsah"}}, "embedder provider 'hsah'"),
+        ({"embedder": {"provider": "huggingface"}}, "embedder provider 'huggingface'"),
+    ],
+)
+def test_a_config_tkg_cannot_follow_is_refused(config: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        Memory.from_config(config)
 
 
 def test_timestamp_is_the_messages_time() -> None:

@@ -292,8 +292,10 @@ class Memory:
         query is lower; ``rerank`` is accepted for compatibility (tkg's ranking always fuses its signals)."""
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("query must be a non-empty string")
-        if threshold is not None and not 0 <= threshold <= 1:
-            raise ValidationError(f"threshold must be between 0 and 1, got {threshold}")
+        if threshold is not None and (
+            not isinstance(threshold, int | float) or isinstance(threshold, bool) or not 0 <= threshold <= 1
+        ):
+            raise ValidationError(f"threshold must be a number between 0 and 1, got {threshold!r}")
         count = _count(top_k, limit, default=20)
         groups, condition = self._read_scope(filters, user_id, agent_id, run_id)
         if not groups or count == 0:
@@ -483,7 +485,7 @@ class Memory:
 
 
 def _memory_from_config(config: Mapping[str, Any]) -> TkgMemory:
-    from tkg.environment import llm_from_env, make_embedder
+    from tkg.environment import EMBEDDERS, llm_from_env, make_embedder
 
     unknown = sorted(set(config) - {"llm", "embedder", *_IGNORED_CONFIG})
     if unknown:
@@ -491,8 +493,14 @@ def _memory_from_config(config: Mapping[str, Any]) -> TkgMemory:
     for key in _IGNORED_CONFIG:
         if key in config:
             log.warning("config[%r] is ignored: tkg keeps its own storage, history and ranking", key)
+    for key in ("llm", "embedder"):
+        if config.get(key) is not None and not isinstance(config[key], Mapping):
+            raise ConfigurationError(f"config[{key!r}] must be a dict such as {{'provider': ..., 'config': {{...}}}}")
     embedder_config = config.get("embedder") or {}
-    embedder = make_embedder(str(embedder_config.get("provider", "auto")))
+    provider = embedder_config.get("provider", "auto")
+    if provider not in EMBEDDERS:
+        raise ConfigurationError(f"embedder provider {provider!r}: tkg has {', '.join(EMBEDDERS)}")
+    embedder = make_embedder(provider)
     llm_config = config.get("llm")
     if llm_config is None:
         return TkgMemory(embedder=embedder, llm=llm_from_env())
@@ -542,7 +550,10 @@ def _when(timestamp: datetime | str | int | float | None) -> datetime | None:
     if timestamp is None:
         return None
     if isinstance(timestamp, int | float) and not isinstance(timestamp, bool):
-        return datetime.fromtimestamp(timestamp, tz=UTC)
+        try:
+            return datetime.fromtimestamp(timestamp, tz=UTC)
+        except (ValueError, OverflowError, OSError):
+            raise ValidationError(f"timestamp {timestamp!r} is not a time in Unix seconds tkg can hold") from None
     if isinstance(timestamp, datetime | str):
         return to_utc(timestamp, "timestamp")
     raise ValidationError(f"timestamp must be a datetime, an ISO-8601 string or Unix seconds, got {timestamp!r}")

@@ -82,6 +82,8 @@ def scopes_covered(groups: Iterable[str], wanted: Mapping[str, str]) -> list[str
 
 def split_filters(filters: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, Any]]:
     """A Mem0 ``filters`` dict split into its scope ids and its metadata conditions."""
+    if filters is not None and not isinstance(filters, Mapping):
+        raise ValidationError(f"filters must be a dict, got {type(filters).__name__}")
     scope: dict[str, str] = {}
     rest: dict[str, Any] = {}
     for key, value in (filters or {}).items():
