@@ -197,6 +197,8 @@ def test_stdio_every_tool(tmp_path: Path) -> None:
             ("episode_status", {"episode_id": "0" * 32}, "no episode"),
             ("get_context", {"query": "Alice", "max_chars": -1}, "max_chars"),
             ("list_episodes", {"limit": 100_000}, "limit"),
+            ("search_facts", {"query": "Alice", "asof": "2021-06-01T00:00:00Z"}, "takes no argument(s) ['asof']"),
+            ("add_episode", {"content": "Ann: hi", "group": "team"}, "takes no argument(s) ['group']"),
         ]
         for tool, arguments, expected in refusals:
             message = error_text(await client.call_tool(tool, arguments))

@@ -123,6 +123,23 @@ def _require_mcp() -> Any:
     return sdk
 
 
+def _strict(base: type[Any], tool_error: type[Exception]) -> type[Any]:
+    """``base`` (the SDK's server) refusing a tool call that names an argument the tool does not take, as the HTTP
+    door refuses an unknown field: a misspelt ``asof`` must not answer as if no time had been asked."""
+
+    class StrictServer(base):  # type: ignore[misc, valid-type]
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            tool = next((t for t in await self.list_tools() if t.name == name), None)
+            if tool is not None:
+                takes = set((tool.input_schema or {}).get("properties", {}))
+                unknown = sorted(set(arguments) - takes)
+                if unknown:
+                    raise tool_error(f"{name} takes no argument(s) {unknown}; it takes {sorted(takes)}")
+            return await super().call_tool(name, arguments, context)
+
+    return StrictServer
+
+
 def create_server(
     memory: Memory,
     *,
@@ -151,7 +168,7 @@ def create_server(
     if ingestor is not None and ingestor.memory is not memory:
         raise ConfigurationError("the background ingestor must work on the memory the server serves")
     scoped = ScopedMemory(memory, allowed, default_group=default, after_write=after_write, ingestor=ingestor)
-    server: MCPServer = sdk.MCPServer(name, instructions=INSTRUCTIONS, version=__version__)
+    server: MCPServer = _strict(sdk.MCPServer, ToolError)(name, instructions=INSTRUCTIONS, version=__version__)
 
     def run(action: Callable[[], T]) -> T:
         try:
