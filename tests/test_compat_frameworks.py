@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -60,6 +60,21 @@ def test_langchain_history_keeps_messages_as_episodes(memory: Memory) -> None:
     assert history.messages == []
     assert {f.fact for f in memory.get_all("u1")} == {"Ann lives in Rome"}  # Oslo went with its episode
     assert TkgChatMessageHistory(memory, "nobody").messages == []
+
+
+def test_langchain_history_keeps_an_agent_turn_with_a_tool_call(memory: Memory) -> None:
+    history = TkgChatMessageHistory(memory, "u1", extract=False)
+    call = {"name": "weather", "args": {"city": "Oslo"}, "id": "c1"}
+    history.add_messages(
+        [
+            HumanMessage("What is the weather in Oslo?"),
+            AIMessage(content="", tool_calls=[call]),  # a tool call carries no text to remember
+            ToolMessage(content="sunny, 21C", tool_call_id="c1"),
+            AIMessage(content="It is sunny in Oslo."),
+        ]
+    )
+    kept = [m.content for m in history.messages]
+    assert kept == ["What is the weather in Oslo?", "sunny, 21C", "It is sunny in Oslo."]
 
 
 @pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")  # still LangChain's chat-history door

@@ -49,7 +49,10 @@ class TkgChatMessageHistory(BaseChatMessageHistory):
         return [_langchain_message(*message_of(e, SOURCE)) for e in self._episodes()]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        parsed = parse_messages([_plain(message) for message in messages])
+        # A message with no text (an AI message that only calls tools) has nothing to remember: left out, as the
+        # LlamaIndex block leaves it out, so an agent's turn is kept with the rest of its messages.
+        plain = [_plain(message) for message in messages]
+        parsed = parse_messages([m for m in plain if not isinstance(m["content"], str) or m["content"].strip()])
         if parsed:
             self.memory.add_episodes(episode_inputs(parsed, self.group_id, SOURCE), extract=self.extract)
 
