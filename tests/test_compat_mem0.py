@@ -192,9 +192,14 @@ def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
     clock = FixedClock("2024-05-01T00:00:00Z")
     m = offline(clock)
     memory_id = m.add("I love India.", user_id="u")["results"][0]["id"]
+    assert m.get(memory_id)["updated_at"] is None
     clock.set("2024-05-02T00:00:00Z")
     assert m.update(memory_id=memory_id, data="I love India, it is my favorite country.")["id"] == memory_id
     assert m.get(memory_id)["memory"] == "I love India, it is my favorite country."
+    # as in Mem0, the memory keeps its creation time and says when it was updated
+    got = m.get(memory_id)
+    assert (got["created_at"], got["updated_at"]) == ("2024-05-01T00:00:00+00:00", "2024-05-02T00:00:00+00:00")
+    assert m.get_all(user_id="u")["results"][0]["updated_at"] == "2024-05-02T00:00:00+00:00"
     assert [(e["event"], e["old_memory"], e["new_memory"]) for e in m.history(memory_id)] == [
         ("ADD", None, "I love India."),
         ("UPDATE", "I love India.", "I love India, it is my favorite country."),

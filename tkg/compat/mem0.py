@@ -446,6 +446,9 @@ class Memory:
     def _episode_item(self, episode: Episode) -> dict[str, Any]:
         role, speaker, text = _parts(episode)
         item = _item(episode.id, text, episode.group_id, episode.created_at, episode.attributes.get("metadata", {}))
+        versions = self._metadata_of(episode, reserved=True).get(_PREVIOUS)
+        if versions:  # an updated message keeps its id, so it is Mem0's one memory: created first, updated now
+            item["created_at"], item["updated_at"] = versions[0]["created_at"], episode.created_at.isoformat()
         return {
             **item,
             "kind": "message",
