@@ -430,3 +430,32 @@ def test_known_at_before_a_supersession_keeps_the_facts_own_end_date() -> None:
     # as known now: Globex from 2022 on
     assert employers("2022-06-01T00:00:00Z") == ["Alice works at Globex"]
     assert employers("2024-06-01T00:00:00Z") == ["Alice works at Globex"]
+
+
+def test_a_view_known_at_a_past_time_shows_facts_as_they_were_then() -> None:
+    """A supersession learnt after ``known_at`` is not shown by any read of that view: not in the fact's end, its
+    expiry or what superseded it (the records a search returns, get_all, facts_about, the neighbourhood, the
+    context string), whether the view is asked before or after the supersession was learnt."""
+    memory = make(RulesLLM())
+    first = memory.add_episode("Alice: I LIVES_IN Paris since 2019.", group_id="g", reference_time=T0)
+    then = first.episode.created_at + timedelta(seconds=30)
+
+    def views() -> list[Any]:
+        found = memory.search("where does Alice live", group_ids=["g"], known_at=then).facts
+        paris = found[0].record
+        alice = paris.source_id
+        return [
+            paris,
+            memory.get_all("g", known_at=then),
+            memory.facts_about(alice, known_at=then),
+            memory.neighbourhood(alice, known_at=then).facts,
+            memory.context("where does Alice live", group_ids=["g"], known_at=then),
+        ]
+
+    before = views()
+    assert before[0].invalid_at is None and before[0].expired_at is None and before[0].invalidated_by is None
+    memory.add_episode("Alice: I LIVES_IN Berlin since 2022.", group_id="g", reference_time=T0)
+    stored = facts(memory)["Alice lives in Paris"]
+    assert stored.invalid_at == datetime(2022, 1, 1, tzinfo=UTC) and stored.expired_at is not None  # now: ended
+    assert views() == before
+    assert "Alice lives in Paris (2019-01-01 00:00 UTC - present)" in before[-1]

@@ -46,7 +46,8 @@ def entities_by_id(store: Store, ids: Iterable[str]) -> dict[str, Entity]:
 def facts_about(store: Store, entity_ids: Sequence[str], scope: Scope | None) -> list[Fact]:
     """Facts touching any of these entities (admitted by ``scope`` when given), by start of validity (the time
     they were recorded when unknown), then id."""
-    return sorted(store.facts_of(entity_ids, scope), key=lambda f: (f.valid_at or f.created_at, f.id))
+    found = store.facts_of(entity_ids, scope)
+    return sorted(found if scope is None else map(scope.shown, found), key=lambda f: (f.valid_at or f.created_at, f.id))
 
 
 def neighbourhood(store: Store, center: Entity, depth: int, scope: Scope, limit: int) -> Neighbourhood:
@@ -71,7 +72,7 @@ def neighbourhood(store: Store, center: Entity, depth: int, scope: Scope, limit:
             break
     # Facts among the kept entities that the walk did not cross (e.g. between two ring-1 neighbours).
     facts.update((f.id, f) for f in store.facts_of(list(hops), scope))
-    return Neighbourhood(center, hops, entities, list(facts.values()), omitted)
+    return Neighbourhood(center, hops, entities, [scope.shown(f) for f in facts.values()], omitted)
 
 
 def episodes(store: Store, groups: frozenset[str] | None, status: EpisodeStatus | None) -> list[Episode]:
@@ -86,4 +87,6 @@ def episodes(store: Store, groups: frozenset[str] | None, status: EpisodeStatus 
 
 def facts(store: Store, groups: frozenset[str] | None, scope: Scope | None) -> list[Fact]:
     """Facts of these groups admitted by ``scope`` (every fact, history included: None), in store order."""
-    return [f for f in store.scan(Kind.FACT, groups) if isinstance(f, Fact) and (scope is None or scope.admits(f))]
+    if scope is None:
+        return [f for f in store.scan(Kind.FACT, groups) if isinstance(f, Fact)]
+    return [scope.shown(f) for f in store.scan(Kind.FACT, groups) if isinstance(f, Fact) and scope.admits(f)]

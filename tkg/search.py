@@ -110,7 +110,9 @@ def search(
             ranked = [h for h in ranked if h.score >= target_config.min_score]
         ranked = ranked[: target_config.limit]
         records = run.load(kind, [h.id for h in ranked])
-        found[target] = [Scored(r, h.score) for r, h in zip(records, ranked, strict=True) if r is not None]
+        found[target] = [
+            Scored(run.scope.shown(r), h.score) for r, h in zip(records, ranked, strict=True) if r is not None
+        ]
     return SearchResults(query=query, **found)  # type: ignore[arg-type]
 
 

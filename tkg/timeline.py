@@ -21,10 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TypeVar
 
 from tkg.errors import ValidationError
-from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id
+from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id, evolve
 from tkg.timeutil import optional_utc, to_utc
+
+R = TypeVar("R", bound=Record)
 
 #: The timestamps a :class:`DateRange` can name, and the kinds of record that have each.
 DATE_FIELDS: dict[str, tuple[type, ...]] = {
@@ -140,6 +143,10 @@ class Scope:
             return record.reference_time <= self.as_of
         return True
 
+    def shown(self, record: R) -> R:
+        """``record`` as this view shows it: a fact as the memory knew it at ``known_at`` (:func:`as_known`)."""
+        return as_known(record, self.known_at) if isinstance(record, Fact) else record  # type: ignore[return-value]
+
     def unfiltered(self) -> Scope:
         """The same view without :class:`Filters` (graph traversal walks the whole visible graph)."""
         return self if not self.filters else replace(self, filters=NO_FILTERS)
@@ -153,6 +160,16 @@ def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
     if fact.expired_at is not None and fact.expired_at > known_at:
         return fact.prior_invalid_at
     return fact.invalid_at
+
+
+def as_known(fact: Fact, known_at: datetime) -> Fact:
+    """``fact`` as the memory held it at ``known_at``: a supersession learnt later is undone (its end is
+    :func:`believed_invalid_at`, it is not expired and nothing supersedes it yet), so a view of a past time shows
+    the fact it filtered by, not today's record."""
+    if fact.expired_at is None or fact.expired_at <= known_at:
+        return fact
+    end = believed_invalid_at(fact, known_at)
+    return evolve(fact, invalid_at=end, expired_at=None, invalidated_by=None, prior_invalid_at=None)
 
 
 def fact_holds(fact: Fact, at: datetime, known_at: datetime) -> bool:
