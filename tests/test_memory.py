@@ -155,6 +155,9 @@ def _nested(depth: int) -> list:
         ({"content": _nested(3000), "source": "json"}, ValidationError, "deeper than 100 levels"),
         ({"content": "[" * 3000 + "]" * 3000, "source": "json"}, EpisodeError, "deeper than 100 levels"),
         ({"content": "[" * 200 + "]" * 200, "source": "json"}, ValidationError, "deeper than 100 levels"),
+        ({"content": {"temp": float("nan")}, "source": "json"}, EpisodeError, "not serialisable"),
+        ({"content": '{"x": NaN}', "source": "json"}, EpisodeError, "NaN is not a JSON value"),
+        ({"content": '{"x": Infinity}', "source": "json"}, EpisodeError, "Infinity is not a JSON value"),
     ],
 )
 def test_bad_episodes_are_refused_and_change_nothing(memory, kwargs, error, match):
@@ -191,6 +194,16 @@ def test_bad_facts_are_refused(memory):
         memory.add_facts([{"subject": "A"}], group_id="g")
     with pytest.raises(ValidationError):
         memory.add_facts([], group_id="g")
+    with pytest.raises(ValidationError, match=r"unknown fact fields \['valid_from'\]"):  # Graphiti's name, not ours
+        memory.add_facts([{"subject": "A", "relation": "KNOWS", "object": "B", "valid_from": "2019"}], group_id="g")
+    for label in (5, "", "Per\x00son"):
+        with pytest.raises(ValidationError, match="label"):
+            memory.add_facts([FactInput("A", "KNOWS", "B", subject_label=label)], group_id="g")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="iterable of episodes"):
+        memory.add_episodes("Hi!")  # not one episode per character
+    for bad in ({"limit": -1}, {"limit": 0}, {"offset": -1}, {"limit": "3"}, {"offset": 1.5}):
+        with pytest.raises(ValidationError, match=r"limit|offset"):
+            memory.get_all("g", **bad)
     assert snapshot_of(memory) == before
 
 

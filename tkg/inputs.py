@@ -57,8 +57,11 @@ class FactInput:
     def from_mapping(cls, data: Mapping[str, Any]) -> FactInput:
         if not isinstance(data, Mapping):
             raise ValidationError(f"a fact must be a FactInput or a mapping, got {type(data).__name__}")
+        unknown = sorted(map(str, set(data) - set(cls.__dataclass_fields__)))
+        if unknown:  # e.g. another library's "valid_from": dropping it would date the fact wrongly
+            raise ValidationError(f"unknown fact fields {unknown}; a fact takes {list(cls.__dataclass_fields__)}")
         try:
-            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+            return cls(**data)
         except TypeError as exc:
             raise ValidationError(f"a fact needs subject, relation and object: {exc}") from None
 
@@ -69,6 +72,10 @@ class FactInput:
             if not isinstance(part, str) or not part.strip():
                 raise ValidationError(f"fact {fact!r} has an empty subject, relation or object")
             check_text(part, "a fact's subject, relation or object")
+        for label in (fact.subject_label, fact.object_label):
+            if not isinstance(label, str) or not label.strip():
+                raise ValidationError(f"fact {fact!r}: an entity label must be a non-empty string")
+            check_text(label, "an entity label")
         if fact.fact is not None:
             if not isinstance(fact.fact, str):
                 raise ValidationError(f"fact text must be a string, got {type(fact.fact).__name__}")
@@ -130,6 +137,11 @@ def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return parsed
 
 
+def _not_json(name: str) -> Any:
+    """``json.loads``' hook for NaN and Infinity, which Python reads but JSON (RFC 8259) does not have."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Episode:
     """The validated episode for ``item``, recorded at ``now`` (the one place episode arguments are checked)."""
     try:
@@ -140,7 +152,7 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
     if kind is EpisodeSource.JSON and not isinstance(content, str):
         check_nesting(content, "JSON episode content")
         try:
-            content = json.dumps(content, ensure_ascii=False, sort_keys=True)
+            content = json.dumps(content, ensure_ascii=False, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise EpisodeError(f"JSON episode content is not serialisable: {exc}") from None
     if not isinstance(content, str):
@@ -157,7 +169,7 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
     check_text(content, "episode content")
     if kind is EpisodeSource.JSON:
         try:
-            check_nesting(json.loads(content), "JSON episode content")
+            check_nesting(json.loads(content, parse_constant=_not_json), "JSON episode content")
         except RecursionError:
             raise EpisodeError(f"JSON episode content nests deeper than {MAX_NESTING} levels") from None
         except ValidationError:

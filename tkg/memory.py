@@ -267,6 +267,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         Returns one result per episode, in order. An episode whose LLM calls failed for good is stored with
         status ``failed`` (see :meth:`retry`); its result says so and the others are unaffected.
         """
+        if isinstance(episodes, str | bytes | Mapping | EpisodeInput) or not isinstance(episodes, Iterable):
+            raise ValidationError("add_episodes takes an iterable of episodes (EpisodeInput, mappings or strings)")
         inputs = [EpisodeInput.of(item) for item in episodes]
         extract_ = self._wants_llm(extract)
         prepared: list[tuple[Episode, datetime]] = []

@@ -71,6 +71,9 @@ class MemoryReads:
         """The facts of these groups, in store order: by default those that hold now as the memory knows them;
         ``as_of`` / ``known_at`` / ``include_invalidated`` / ``filters`` as in :meth:`search`. ``limit`` and
         ``offset`` page through them."""
+        for value, what, least in ((limit, "limit", 1), (offset, "offset", 0)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+                raise ValidationError(f"{what} must be an integer of at least {least}, got {value!r}")
         scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
         with self._locks.read():
             found = reads.facts(self._store, scope.group_ids, scope)
