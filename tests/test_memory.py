@@ -20,6 +20,7 @@ from tkg import (
     Memory,
     MemoryConfig,
     ScriptedLLM,
+    SnapshotError,
     TimestampError,
     UnknownGroupError,
     ValidationError,
@@ -476,3 +477,26 @@ def test_an_episode_reads_the_facts_between_its_pairs_once_per_closest_read_and_
             assert len(created) == 1
             assert store.between and len(store.between) <= store.closest
             assert not created & {end for pairs in store.between for pair in pairs for end in pair}
+
+
+def test_bad_arguments_to_reads_and_files_are_tkg_errors(memory, tmp_path):
+    memory.add_episode("Ann: hello Bob", group_id="g")
+    ann = memory.find_entities("Ann")[0]
+    refused = [
+        (lambda: memory.episodes(status="bogus"), ValidationError, "unknown status"),
+        (lambda: memory.records("bogus"), ValidationError, "unknown record kind"),
+        (lambda: memory.search("Ann", group_ids=5), ValidationError, "group_ids"),
+        (lambda: memory.get_all(group_ids=5), ValidationError, "group_ids"),
+        (lambda: memory.neighbourhood(ann.id, depth="2"), ValidationError, "depth"),
+        (lambda: memory.neighbourhood(ann.id, limit=0), ValidationError, "limit"),
+        (lambda: memory.add_episodes(5), ValidationError, "iterable of episodes"),
+        (lambda: memory.import_jsonl(tmp_path / "missing.jsonl"), ValidationError, "cannot read"),
+        (lambda: memory.save(tmp_path), SnapshotError, "cannot save"),
+        (lambda: memory.facts_about(5), ValidationError, "entity_id"),
+        (lambda: memory.add_episode("Ann: hi", group_id="g", extract="no"), ValidationError, "extract"),
+    ]
+    before = snapshot_of(memory)
+    for call, error, match in refused:
+        with pytest.raises(error, match=match):
+            call()
+    assert snapshot_of(memory) == before and sorted(p.name for p in tmp_path.iterdir()) == []

@@ -225,6 +225,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         return make_episode(item, self._config, now), now
 
     def _wants_llm(self, extract: bool | None) -> bool:
+        if extract is not None and not isinstance(extract, bool):
+            raise ValidationError(f"extract must be True, False or None, got {extract!r}")
         if extract and self._llm is None:
             raise ConfigurationError("extract=True needs an LLM; pass llm= to Memory, or use extract=False")
         return self._llm is not None if extract is None else bool(extract)

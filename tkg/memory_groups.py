@@ -84,8 +84,11 @@ class MemoryGroups:
         :meth:`delete_group`, or import into another memory), or when a line is not a tkg record (the error names
         it). Returns the number of records imported per kind."""
         source = Path(path)
-        with open(source, encoding="utf-8") as lines:
-            header, records = formats.read_jsonl(lines, str(source))
+        try:
+            with open(source, encoding="utf-8") as lines:
+                header, records = formats.read_jsonl(lines, str(source))
+        except OSError as exc:
+            raise ValidationError(f"cannot read {source}: {exc.strerror or exc}") from None
         if header.get("embedder") != self._embedder.name or header.get("dim") != self._embedder.dim:
             raise ConfigurationError(
                 f"{source} was exported with the embedder {header.get('embedder')!r} ({header.get('dim')}-d); this "

@@ -12,10 +12,10 @@ from tkg.clock import Clock
 from tkg.embedders.base import Embedder
 from tkg.errors import NotFoundError, ValidationError
 from tkg.locks import MemoryLocks
-from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind, Mention, Record, check_group_id
+from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind, Mention, Record
 from tkg.reads import Neighbourhood
 from tkg.storage import Store
-from tkg.timeline import Filters, make_scope
+from tkg.timeline import Filters, group_set, make_scope
 from tkg.timeutil import optional_utc
 
 Groups = Sequence[str] | str | None
@@ -33,15 +33,12 @@ class MemoryReads:
         """The record of this kind with this id; :class:`NotFoundError` if there is none."""
         found = self.get_many(kind, [record_id])[0]
         if found is None:
-            raise NotFoundError(f"no {Kind(kind).value} with id {record_id!r}")
+            raise NotFoundError(f"no {kind_of(kind).value} with id {record_id!r}")
         return found
 
     def get_many(self, kind: Kind | str, ids: Sequence[str]) -> list[Record | None]:
         """The records of this kind with these ids, in order; None where there is none."""
-        try:
-            kind = Kind(kind)
-        except ValueError:
-            raise ValidationError(f"unknown record kind {kind!r}; use one of {[k.value for k in Kind]}") from None
+        kind = kind_of(kind)
         with self._locks.read():
             return self._store.get(kind, list(ids))
 
@@ -53,9 +50,9 @@ class MemoryReads:
     def records(self, kind: Kind | str, group_ids: Groups = None) -> list[Record]:
         """Every record of a kind (in these groups), history included, in store order: a full read, for exports
         and tests. For current facts use :meth:`get_all`; for relevance, :meth:`search`."""
-        groups = groups_of(group_ids)
+        groups = group_set(group_ids)
         with self._locks.read():
-            return list(self._store.scan(Kind(kind), groups))
+            return list(self._store.scan(kind_of(kind), groups))
 
     def get_all(
         self,
@@ -81,8 +78,11 @@ class MemoryReads:
 
     def episodes(self, group_ids: Groups = None, *, status: EpisodeStatus | str | None = None) -> list[Episode]:
         """Episodes of these groups (with this status), by reference time, then creation."""
-        state = None if status is None else EpisodeStatus(status)
-        groups = groups_of(group_ids)
+        try:
+            state = None if status is None else EpisodeStatus(status)
+        except ValueError:
+            raise ValidationError(f"unknown status {status!r}; use one of {[s.value for s in EpisodeStatus]}") from None
+        groups = group_set(group_ids)
         with self._locks.read():
             return reads.episodes(self._store, groups, state)
 
@@ -90,7 +90,7 @@ class MemoryReads:
         """Entities whose name or alias equals ``name`` once normalised as entity resolution does."""
         if not isinstance(name, str) or not name.strip():
             raise ValidationError("an entity name is needed, got an empty value")
-        groups = groups_of(group_ids)
+        groups = group_set(group_ids)
         with self._locks.read():
             return reads.entities_named(self._store, name, groups if groups is not None else self._store.groups())
 
@@ -104,7 +104,10 @@ class MemoryReads:
     ) -> list[Fact]:
         """Every fact touching an entity (or any of several), oldest first: its history, ended facts included,
         unless ``include_invalidated=False``; ``as_of`` / ``known_at`` view it at other times."""
-        ids = [entity_id] if isinstance(entity_id, str) else list(entity_id)
+        ids = [entity_id] if isinstance(entity_id, str) else entity_id
+        if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
+            raise ValidationError(f"entity_id must be an entity id or a list of them, got {entity_id!r}")
+        ids = list(ids)
         with self._locks.read():
             for found, wanted in zip(self._store.get(Kind.ENTITY, ids), ids, strict=True):
                 if found is None:
@@ -126,6 +129,9 @@ class MemoryReads:
         knew them at ``known_at`` (default now): every fact, ended ones included, or with ``as_of`` those that held
         then. At most ``limit`` entities (nearest first, then by name); :attr:`Neighbourhood.omitted` counts the
         rest. Raises :class:`NotFoundError` for an unknown entity, or one recorded after ``known_at``."""
+        for value, what, least in ((depth, "depth", 0), (limit, "limit", 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValidationError(f"{what} must be an integer of at least {least}, got {value!r}")
         known = optional_utc(known_at, "known_at")
         center = self.get(Kind.ENTITY, entity_id)
         assert isinstance(center, Entity)
@@ -145,14 +151,16 @@ class MemoryReads:
 
     def stats(self, group_ids: Groups = None) -> dict[str, Any]:
         """Record counts by kind (in these groups), the groups, and the embedder's name."""
-        groups = groups_of(group_ids)
+        groups = group_set(group_ids)
         with self._locks.read():
             counts = {kind.value: self._store.count(kind, groups) for kind in Kind}
             held = sorted(self._store.groups() if groups is None else groups & self._store.groups())
         return {"records": counts, "groups": held, "embedder": self._embedder.name}
 
 
-def groups_of(group_ids: Groups) -> frozenset[str] | None:
-    if group_ids is None:
-        return None
-    return frozenset(check_group_id(g) for g in ([group_ids] if isinstance(group_ids, str) else group_ids))
+def kind_of(kind: Kind | str) -> Kind:
+    """``kind`` as a :class:`Kind`; :class:`ValidationError` for a name that is none."""
+    try:
+        return Kind(kind)
+    except ValueError:
+        raise ValidationError(f"unknown record kind {kind!r}; use one of {[k.value for k in Kind]}") from None

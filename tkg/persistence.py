@@ -24,7 +24,7 @@ from typing import Any
 
 from tkg import snapshot
 from tkg.embedders.base import Embedder
-from tkg.errors import BackendError, ConfigurationError
+from tkg.errors import BackendError, ConfigurationError, SnapshotError
 from tkg.journal import Entry, Journal, JournalPolicy, ReadReport, read_segments, segment_paths
 from tkg.locks import MemoryLocks
 from tkg.models import Kind, Record
@@ -34,7 +34,13 @@ log = logging.getLogger(__name__)
 
 
 def save_snapshot(store: Store, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> int:
-    """Write ``store`` to a snapshot at ``path`` (atomic, verified); returns the file size in bytes."""
+    """Write ``store`` to a snapshot at ``path`` (atomic, verified); returns the file size in bytes. A path that
+    cannot be a file (a directory, or in a directory that does not exist) is a :class:`SnapshotError`, before
+    anything is written; a failure of the disk itself stays the ``OSError`` it is."""
+    target = Path(path)
+    if target.is_dir() or not target.parent.is_dir():
+        where = "is a directory" if target.is_dir() else f"is in {target.parent}, which is not a directory"
+        raise SnapshotError(f"cannot save a snapshot at {path}: it {where}")
     return snapshot.save(store, path, meta)
 
 

@@ -18,7 +18,7 @@ timestamps of each kind. A filter that names a label or relation nothing has sim
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
@@ -180,6 +180,17 @@ def fact_holds(fact: Fact, at: datetime, known_at: datetime) -> bool:
     return end is None or at < end
 
 
+def group_set(group_ids: Iterable[str] | str | None) -> frozenset[str] | None:
+    """``group_ids`` -- one id, an iterable of ids, or None (every group) -- as a set of checked ids."""
+    if group_ids is None:
+        return None
+    if isinstance(group_ids, str):
+        group_ids = [group_ids]
+    elif not isinstance(group_ids, Iterable) or isinstance(group_ids, bytes | Mapping):
+        raise ValidationError(f"group_ids must be a group id or a list of them, got {type(group_ids).__name__}")
+    return frozenset(check_group_id(g) for g in group_ids)
+
+
 def make_scope(
     now: datetime,
     group_ids: Iterable[str] | str | None = None,
@@ -189,9 +200,7 @@ def make_scope(
     filters: Filters | None = None,
 ) -> Scope:
     """Resolve the user's query arguments against ``now`` (from the clock seam) into a :class:`Scope`."""
-    if isinstance(group_ids, str):
-        group_ids = [group_ids]
-    groups = None if group_ids is None else frozenset(check_group_id(g) for g in group_ids)
+    groups = group_set(group_ids)
     asked = optional_utc(known_at, "known_at")
     tx = asked or to_utc(now, "now")
     event = optional_utc(as_of, "as_of")
