@@ -72,6 +72,14 @@ def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="already hold records"):
         memory.import_jsonl(out)  # its groups are here already
     assert dump(memory) == before
+    # an export edited to another group and imported back: its ids are in use, and would move ann's records
+    memory.export(out, group_ids=["ann"])
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text(out.read_text().replace('"group_id": "ann"', '"group_id": "ann-copy"'))
+    assert '"ann-copy"' in renamed.read_text()
+    with pytest.raises(ValidationError, match="in use in this memory"):
+        memory.import_jsonl(renamed)
+    assert dump(memory) == before and memory.groups() == ["ann", "bob"]
     with pytest.raises(ConfigurationError, match="embedder"):
         Memory(embedder=HashEmbedder(dim=16)).import_jsonl(out)
     lines = out.read_text().splitlines()

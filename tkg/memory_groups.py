@@ -103,6 +103,22 @@ class MemoryGroups:
                     f"group(s) {taken} already hold records in this memory; erase them first (delete_group) or "
                     "import into another memory"
                 )
+            # Ids name records across groups: one in use (an export edited to another group and imported back)
+            # would move that record out of its group.
+            ids: dict[Kind, list[str]] = {}
+            for record in records:
+                ids.setdefault(record.kind, []).append(record.id)
+            used = [
+                (kind, i)
+                for kind, wanted in ids.items()
+                for i, found in zip(wanted, self._store.get(kind, wanted), strict=True)
+                if found is not None
+            ]
+            if used:
+                raise ValidationError(
+                    f"{len(used)} record id(s) in {source} are in use in this memory (e.g. {used[0][0].value} "
+                    f"{used[0][1]!r}): a file exported from this memory cannot be imported into it again"
+                )
             if records:
                 self._store.write(WriteBatch(puts=records))
         imported = {kind.value: 0 for kind in Kind}
