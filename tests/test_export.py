@@ -116,6 +116,12 @@ def test_csv_graphml_and_neo4j_hold_the_graph(tmp_path: Path) -> None:
     assert graph.vcount() == len(memory.records(Kind.ENTITY, ["ann"])) and graph.ecount() == 3
     assert sorted(graph.es["relation"]) == ["KNOWS", "LIVES_IN", "LIVES_IN"]
     assert "Zoë Müller" in graph.vs["name"]
+    # control characters tkg stores (XML cannot hold them) are written as U+FFFD, not a failed export
+    memory.add_facts([FactInput("Bell\x07", "KNOWS", "Unit\x1fSeparator", fact="Bell\x07 knows\x0b")], group_id="odd")
+    memory.export(tmp_path / "odd.graphml", "graphml", ["odd"])
+    odd = igraph.Graph.Read_GraphML(str(tmp_path / "odd.graphml"))
+    assert sorted(odd.vs["name"]) == ["Bell\ufffd", "Unit Separator"]  # stored names: whitespace normalised
+    assert odd.es["fact"] == ["Bell\ufffd knows"]
 
     memory.export(tmp_path / "neo4j", "neo4j", ["ann"])
     entities = list(csv.reader((tmp_path / "neo4j" / "entities.csv").open(encoding="utf-8")))

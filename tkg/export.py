@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -119,6 +120,16 @@ def write_facts_csv(out: IO[str], facts: Sequence[Fact], entities: Sequence[Enti
 
 
 # -- graphml ----------------------------------------------------------------------------------------------------
+#: The characters XML 1.0 cannot hold (control characters but tab, newline and return; U+FFFE, U+FFFF).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    """``text`` as GraphML can hold it: each character XML cannot hold written as U+FFFD (the JSONL export keeps
+    every character)."""
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def write_graphml(path: Path, facts: Sequence[Fact], entities: Sequence[Entity]) -> None:
     import igraph
 
@@ -126,13 +137,13 @@ def write_graphml(path: Path, facts: Sequence[Fact], entities: Sequence[Entity])
     kept = [f for f in facts if f.source_id in index and f.target_id in index]
     graph = igraph.Graph(n=len(entities), edges=[(index[f.source_id], index[f.target_id]) for f in kept], directed=True)
     graph.vs["tkg_id"] = [e.id for e in entities]  # "id" is GraphML's own node attribute
-    graph.vs["name"] = [e.name for e in entities]
+    graph.vs["name"] = [_xml(e.name) for e in entities]
     graph.vs["group_id"] = [e.group_id for e in entities]
-    graph.vs["labels"] = [";".join(e.labels) for e in entities]
-    graph.vs["summary"] = [e.summary for e in entities]
+    graph.vs["labels"] = [_xml(";".join(e.labels)) for e in entities]
+    graph.vs["summary"] = [_xml(e.summary) for e in entities]
     graph.es["tkg_id"] = [f.id for f in kept]
     graph.es["relation"] = [f.relation for f in kept]
-    graph.es["fact"] = [f.fact for f in kept]
+    graph.es["fact"] = [_xml(f.fact) for f in kept]
     for name in ("valid_at", "invalid_at", "created_at", "expired_at"):
         graph.es[name] = [_iso(getattr(f, name)) for f in kept]
     graph.write_graphml(str(path))
