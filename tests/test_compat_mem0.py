@@ -120,6 +120,16 @@ def test_metadata_filters() -> None:
         m.get_all(filters={"user_id": "u", "year": {"between": [1, 2]}})
 
 
+def test_a_metadata_filter_finds_a_match_that_ranks_below_many_others() -> None:
+    m = offline()
+    for n in range(60):
+        m.add(f"I drink green tea every morning, cup {n}.", user_id="u", metadata={"category": "a"}, infer=False)
+    m.add("Tea is fine I guess.", user_id="u", metadata={"category": "b"}, infer=False)
+    hits = m.search("green tea every morning", filters={"user_id": "u", "category": "b"}, top_k=5)
+    assert texts(hits) == ["Tea is fine I guess."]  # filtered, as Mem0 does, not cut off by the first page
+    assert len(m.search("green tea every morning", user_id="u", top_k=5)["results"]) == 5
+
+
 # -- extraction, contradiction, update, delete, history ------------------------------------------------------
 
 
@@ -186,6 +196,19 @@ def test_update_delete_and_history_keep_every_version() -> None:
     with pytest.raises(ValueError):  # as Mem0's callers catch it
         m.delete("no-such-id")
     assert m.history("no-such-id") == []
+
+
+def test_updating_a_fact_keeps_its_known_end() -> None:
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    item = m.add("I WORKS_AT Acme since 2020 until 2030.", user_id="ann")["results"][0]
+    assert item["invalid_at"] == "2030-01-01T00:00:00+00:00"
+    clock.set("2024-06-01T00:00:00Z")
+    m.update(item["id"], metadata={"checked": True})
+    got = m.get(item["id"])
+    assert (got["valid_at"], got["invalid_at"]) == ("2024-06-01T00:00:00+00:00", "2030-01-01T00:00:00+00:00")
+    assert got["metadata"] == {"checked": True}
+    assert m.get_all(user_id="ann", as_of="2031-01-01T00:00:00Z")["results"] == []  # it never said 2031
 
 
 def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:

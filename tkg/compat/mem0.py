@@ -169,7 +169,16 @@ class Memory:
         # the new version first (a restatement of the old one while that holds), then the old one ends where it
         # starts: the truth-maintenance sweep lets the new one hold from there
         added = self._memory.add_facts(
-            [FactInput(source.name, fact.relation, target.name, fact=text or fact.fact, valid_at=start)],
+            [
+                FactInput(
+                    source.name,
+                    fact.relation,
+                    target.name,
+                    fact=text or fact.fact,
+                    valid_at=start,
+                    invalid_at=fact.invalid_at,  # a known end stays the new version's end
+                )
+            ],
             group_id=fact.group_id,
             source_description=SOURCE,
             metadata={**self._metadata_of(fact), **changes, _REPLACES: fact.id},
@@ -300,26 +309,32 @@ class Memory:
         groups, condition = self._read_scope(filters, user_id, agent_id, run_id)
         if not groups or count == 0:
             return {"results": []}
-        found = self._memory.search(
-            query,
-            group_ids=groups,
-            targets=("facts", "episodes"),
-            limit=max(3 * count, 30),
-            as_of=as_of,
-            known_at=known_at,
-            include_invalidated=show_expired,
-        )
-        scored = merged(found, keep=lambda episode: episode.status is not EpisodeStatus.EXTRACTED)
-        if threshold is not None:
-            scored = self._above(query, scored, threshold)
-        facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)])
-        by_id = {item["id"]: item for item in facts}
-        items = []
-        for score, record in scored:
-            item = by_id[record.id] if isinstance(record, Fact) else self._episode_item(record)
-            if matches(_filterable(item), condition):
-                items.append({**item, "score": score})
-        return {"results": items[:count]}
+        fetch = max(3 * count, 30)
+        while True:
+            found = self._memory.search(
+                query,
+                group_ids=groups,
+                targets=("facts", "episodes"),
+                limit=fetch,
+                as_of=as_of,
+                known_at=known_at,
+                include_invalidated=show_expired,
+            )
+            scored = merged(found, keep=lambda episode: episode.status is not EpisodeStatus.EXTRACTED)
+            if threshold is not None:
+                scored = self._above(query, scored, threshold)
+            facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)])
+            by_id = {item["id"]: item for item in facts}
+            items = []
+            for score, record in scored:
+                item = by_id[record.id] if isinstance(record, Fact) else self._episode_item(record)
+                if matches(_filterable(item), condition):
+                    items.append({**item, "score": score})
+            # A metadata filter applies to what the search found: when it leaves fewer than asked while the
+            # search had more to give, ask for more (as Mem0 filters before it ranks).
+            if len(items) >= count or max(len(found.facts), len(found.episodes)) < fetch:
+                return {"results": items[:count]}
+            fetch *= 4
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
         """The changes of a memory, oldest first, in Mem0's shape (``event`` ADD / UPDATE / DELETE, ``old_memory``,
