@@ -68,9 +68,9 @@ class MemoryReads:
         """The facts of these groups, in store order: by default those that hold now as the memory knows them;
         ``as_of`` / ``known_at`` / ``include_invalidated`` / ``filters`` as in :meth:`search`. ``limit`` and
         ``offset`` page through them."""
-        for value, what, least in ((limit, "limit", 1), (offset, "offset", 0)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
-                raise ValidationError(f"{what} must be an integer of at least {least}, got {value!r}")
+        if limit is not None:
+            _at_least(limit, "limit", 1)
+        _at_least(offset, "offset", 0)
         scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
         with self._locks.read():
             found = reads.facts(self._store, scope.group_ids, scope)
@@ -129,9 +129,8 @@ class MemoryReads:
         knew them at ``known_at`` (default now): every fact, ended ones included, or with ``as_of`` those that held
         then. At most ``limit`` entities (nearest first, then by name); :attr:`Neighbourhood.omitted` counts the
         rest. Raises :class:`NotFoundError` for an unknown entity, or one recorded after ``known_at``."""
-        for value, what, least in ((depth, "depth", 0), (limit, "limit", 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValidationError(f"{what} must be an integer of at least {least}, got {value!r}")
+        _at_least(depth, "depth", 0)
+        _at_least(limit, "limit", 1)
         known = optional_utc(known_at, "known_at")
         center = self.get(Kind.ENTITY, entity_id)
         assert isinstance(center, Entity)
@@ -156,6 +155,12 @@ class MemoryReads:
             counts = {kind.value: self._store.count(kind, groups) for kind in Kind}
             held = sorted(self._store.groups() if groups is None else groups & self._store.groups())
         return {"records": counts, "groups": held, "embedder": self._embedder.name}
+
+
+def _at_least(value: object, what: str, least: int) -> None:
+    """Raise :class:`ValidationError` unless ``value`` is an integer (not a bool) of at least ``least``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValidationError(f"{what} must be an integer of at least {least}, got {value!r}")
 
 
 def kind_of(kind: Kind | str) -> Kind:
