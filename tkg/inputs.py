@@ -169,13 +169,12 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
     check_text(content, "episode content")
     if kind is EpisodeSource.JSON:
         try:
-            check_nesting(json.loads(content, parse_constant=_not_json), "JSON episode content")
+            parsed = json.loads(content, parse_constant=_not_json)
         except RecursionError:
             raise EpisodeError(f"JSON episode content nests deeper than {MAX_NESTING} levels") from None
-        except ValidationError:
-            raise
         except ValueError as exc:
             raise EpisodeError(f"source='json' but the content is not valid JSON: {exc}") from None
+        check_nesting(parsed, "JSON episode content")
     for value, what in ((item.source_description, "source_description"), (item.name, "name")):
         if not isinstance(value, str):
             raise ValidationError(f"{what} must be a string, got {type(value).__name__}")

@@ -25,6 +25,7 @@ from tkg.errors import ConfigurationError, ValidationError
 from tkg.journal import segment_paths
 from tkg.llm.base import LLMClient
 from tkg.memory import Memory
+from tkg.persistence import unsavable
 from tkg.storage import Store
 
 __all__ = [
@@ -125,14 +126,9 @@ def require_memory(location: Location) -> None:
 def check_target(location: Location) -> None:
     """Fail before any work when a snapshot could not be saved at the location (a database is checked when it is
     opened)."""
-    path = location.path
-    if path is None:
-        return
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise ValidationError(f"cannot save {path}: directory {directory} does not exist")
-    if path.is_dir():
-        raise ValidationError(f"cannot save {path}: it is a directory")
+    problem = None if location.path is None else unsavable(location.path)
+    if problem is not None:
+        raise ValidationError(f"cannot save {location.path}: {problem}")
 
 
 def check_output(location: Location, out: str | Path) -> None:

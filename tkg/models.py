@@ -147,20 +147,19 @@ def check_nesting(value: Any, what: str = "value") -> None:
             children = item
         else:
             continue
-        if depth > MAX_NESTING:
-            raise ValidationError(f"{what} nests lists or maps deeper than {MAX_NESTING} levels: tkg cannot store it")
+        _check_depth(depth, what)
         stack.extend((child, depth + 1) for child in children)
 
 
-def check_storable(value: Any, what: str = "value") -> None:
+def _check_depth(depth: int, what: str) -> None:
+    if depth > MAX_NESTING:
+        raise ValidationError(f"{what} nests lists or maps deeper than {MAX_NESTING} levels: tkg cannot store it")
+
+
+def check_storable(value: Any, what: str = "value", depth: int = 1) -> None:
     """Raise :class:`ValidationError` unless ``value`` is plain data every store can hold: text (see
     :func:`check_text`), 64-bit integers, floats, booleans, None, datetimes, lists and maps with text keys, nested
-    at most :data:`MAX_NESTING` levels."""
-    check_nesting(value, what)
-    _check_plain(value, what)
-
-
-def _check_plain(value: Any, what: str) -> None:
+    at most :data:`MAX_NESTING` levels (so the walk never recurses deeper than that)."""
     if isinstance(value, str):
         check_text(value, what)
     elif isinstance(value, bool) or value is None or isinstance(value, float | datetime):
@@ -169,14 +168,16 @@ def _check_plain(value: Any, what: str) -> None:
         if not -(2**63) <= value < 2**64:
             raise ValidationError(f"{what} holds an integer wider than 64 bits ({value})")
     elif isinstance(value, Mapping):
+        _check_depth(depth, what)
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(f"{what} has a key that is not text: {key!r}")
             check_text(key, what)
-            _check_plain(item, what)
+            check_storable(item, what, depth + 1)
     elif isinstance(value, list | tuple):
+        _check_depth(depth, what)
         for item in value:
-            _check_plain(item, what)
+            check_storable(item, what, depth + 1)
     else:
         raise ValidationError(f"{what} holds a {type(value).__name__}, which tkg cannot store")
 

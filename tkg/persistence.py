@@ -37,11 +37,20 @@ def save_snapshot(store: Store, path: str | os.PathLike[str], meta: Mapping[str,
     """Write ``store`` to a snapshot at ``path`` (atomic, verified); returns the file size in bytes. A path that
     cannot be a file (a directory, or in a directory that does not exist) is a :class:`SnapshotError`, before
     anything is written; a failure of the disk itself stays the ``OSError`` it is."""
-    target = Path(path)
-    if target.is_dir() or not target.parent.is_dir():
-        where = "is a directory" if target.is_dir() else f"is in {target.parent}, which is not a directory"
-        raise SnapshotError(f"cannot save a snapshot at {path}: it {where}")
+    problem = unsavable(Path(path))
+    if problem is not None:
+        raise SnapshotError(f"cannot save {path}: {problem}")
     return snapshot.save(store, path, meta)
+
+
+def unsavable(path: Path) -> str | None:
+    """Why no snapshot can be saved at ``path`` (it is a directory, or its directory does not exist), or None."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        return f"directory {directory} does not exist"
+    if path.is_dir():
+        return "it is a directory"
+    return None
 
 
 def _check_meta(path: str | os.PathLike[str], meta: Mapping[str, Any], embedder: Embedder, check: bool) -> None:
