@@ -298,6 +298,45 @@ def test_a_config_tkg_cannot_follow_is_refused(config: dict[str, Any], match: st
         Memory.from_config(config)
 
 
+@pytest.mark.parametrize(
+    ("settings_", "match"),
+    [
+        ({"model": "m", "embedding_dims": 0}, "embedding_dims"),
+        ({"model": "m", "embedding_dims": "8"}, "embedding_dims"),
+        ({"model": "m", "embedding_dims": True}, "embedding_dims"),
+        ({"model": 3, "embedding_dims": 8}, "model"),
+        ({"model": "m", "dims": 8}, "unknown key"),
+        ("text-embedding-3-small", "must be a dict"),
+    ],
+)
+def test_an_openai_embedder_config_tkg_cannot_follow_is_refused(settings_: Any, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        Memory.from_config({"embedder": {"provider": "openai", "config": settings_}})
+
+
+def test_an_openai_embedder_config_is_followed() -> None:
+    """Mem0's embedder block (model, embedding_dims, api_key, openai_base_url) reaches the endpoint it names."""
+    from fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer() as server:
+        config = {
+            "embedder": {
+                "provider": "openai",
+                "config": {
+                    "model": "nomic-embed-text",
+                    "embedding_dims": 8,
+                    "api_key": "sk-test",
+                    "openai_base_url": server.base_url,
+                },
+            }
+        }
+        m = Memory.from_config(config)
+        m.add("I like green tea", user_id="u", infer=False)
+        assert m.search("green tea", filters={"user_id": "u"})["results"][0]["memory"] == "I like green tea"
+        embed_calls = [body for path, body in server.requests if path == "/v1/embeddings"]
+        assert embed_calls and all(body["model"] == "nomic-embed-text" for body in embed_calls)
+
+
 def test_timestamp_is_the_messages_time() -> None:
     m = offline()
     item = m.add("we met yesterday", user_id="u", timestamp="2023-03-02T10:00:00Z")["results"][0]

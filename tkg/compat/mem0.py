@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
@@ -38,6 +39,7 @@ from tkg.compat.hits import merged
 from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_group, scope_of, scopes_covered
 from tkg.compat.mem0_filters import split_filters as _split
 from tkg.compat.messages import Message, episode_inputs, message_of, parse_messages
+from tkg.embedders.base import Embedder
 from tkg.errors import ConfigurationError, NotFoundError, ValidationError
 from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
@@ -66,7 +68,8 @@ class MemoryNotFoundError(NotFoundError, ValueError):
 class Memory:
     """Mem0's ``Memory`` over a :class:`tkg.Memory` (``memory=``), or over one built from a Mem0-style
     ``config``: ``{"llm": {"provider": "openai", "config": {"model", "api_key", "openai_base_url"}},
-    "embedder": {"provider": "auto" | "minilm" | "hash" | "openai"}}``. Without an ``llm`` the LLM comes from
+    "embedder": {"provider": "auto" | "minilm" | "hash" | "openai", "config": {"model", "embedding_dims", "api_key",
+    "openai_base_url"}}}`` (the config of the openai embedder only). Without an ``llm`` the LLM comes from
     ``TKG_LLM_BASE_URL`` (:func:`tkg.environment.llm_from_env`), and without one messages are kept as they are."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, memory: TkgMemory | None = None) -> None:
@@ -518,7 +521,17 @@ def _memory_from_config(config: Mapping[str, Any]) -> TkgMemory:
     provider = embedder_config.get("provider", "auto")
     if provider not in EMBEDDERS:
         raise ConfigurationError(f"embedder provider {provider!r}: tkg has {', '.join(EMBEDDERS)}")
-    embedder = make_embedder(provider)
+    embedder_settings = embedder_config.get("config") or {}
+    if not isinstance(embedder_settings, Mapping):
+        raise ConfigurationError(
+            "config['embedder']['config'] must be a dict such as {'model': ..., 'embedding_dims': ...}"
+        )
+    if provider == "openai":
+        embedder = _openai_embedder(embedder_settings)
+    else:
+        if embedder_settings:
+            log.warning("config['embedder']['config'] is ignored: the %r embedder takes no settings", provider)
+        embedder = make_embedder(provider)
     llm_config = config.get("llm")
     if llm_config is None:
         return TkgMemory(embedder=embedder, llm=llm_from_env())
@@ -535,6 +548,29 @@ def _memory_from_config(config: Mapping[str, Any]) -> TkgMemory:
         settings.get("model") or "gpt-4o-mini", base_url=base_url, api_key=settings.get("api_key") or "sk-no-key"
     )
     return TkgMemory(embedder=embedder, llm=llm)
+
+
+def _openai_embedder(settings: Mapping[str, Any]) -> Embedder:
+    """Mem0's ``{"provider": "openai", "config": {...}}`` embedder: ``model`` (default text-embedding-3-small),
+    ``embedding_dims`` (default 1536, as Mem0's), ``api_key`` (default ``OPENAI_API_KEY``) and
+    ``openai_base_url`` (default ``OPENAI_BASE_URL``) of any OpenAI-compatible ``/embeddings`` endpoint."""
+    from tkg.embedders.openai import OpenAIEmbedder
+
+    unknown = sorted(set(settings) - {"model", "embedding_dims", "api_key", "openai_base_url", "base_url"})
+    if unknown:
+        raise ConfigurationError(
+            f"config['embedder']['config']: unknown key(s) {unknown}; the openai embedder reads model, "
+            "embedding_dims, api_key and openai_base_url"
+        )
+    model = settings.get("model") or "text-embedding-3-small"
+    dims = settings.get("embedding_dims", 1536)
+    if not isinstance(model, str):
+        raise ConfigurationError(f"config['embedder']['config']['model'] must be a string, got {model!r}")
+    if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
+        raise ConfigurationError(f"config['embedder']['config']['embedding_dims'] must be a positive int, got {dims!r}")
+    base_url = settings.get("openai_base_url") or settings.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+    api_key = settings.get("api_key") or os.environ.get("OPENAI_API_KEY") or "sk-no-key"
+    return OpenAIEmbedder(model, dims, base_url=base_url or None, api_key=api_key)
 
 
 def _scope(user_id: Any, agent_id: Any, run_id: Any) -> dict[str, str]:
