@@ -211,6 +211,15 @@ def test_updating_a_fact_keeps_its_known_end() -> None:
     assert m.get_all(user_id="ann", as_of="2031-01-01T00:00:00Z")["results"] == []  # it never said 2031
 
 
+def test_get_all_as_of_a_time_lists_only_messages_said_by_then() -> None:
+    m = offline()
+    m.add("first note", user_id="u", timestamp="2023-01-01T00:00:00Z")
+    m.add("second note", user_id="u", timestamp="2023-06-01T00:00:00Z")
+    assert texts(m.get_all(user_id="u", as_of="2023-03-01T00:00:00Z")) == ["first note"]
+    assert texts(m.get_all(user_id="u", as_of="2022-01-01T00:00:00Z")) == []
+    assert sorted(texts(m.get_all(user_id="u"))) == ["first note", "second note"]
+
+
 def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
     clock = FixedClock("2024-05-01T00:00:00Z")
     m = offline(clock)
@@ -227,9 +236,24 @@ def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
         ("ADD", None, "I love India."),
         ("UPDATE", "I love India.", "I love India, it is my favorite country."),
     ]
+    clock.set("2024-05-03T00:00:00Z")
+    m.update(memory_id=memory_id, data="I love India and Peru.")
+
+    def known(at: str) -> list[tuple[str, str, str | None]]:
+        return [(i["memory"], i["created_at"], i["updated_at"]) for i in m.get_all(user_id="u", known_at=at)["results"]]
+
+    # the memory as it read at each time: not yet kept, then each version in turn
+    assert known("2024-04-30T00:00:00Z") == []
+    assert known("2024-05-01T12:00:00Z") == [("I love India.", "2024-05-01T00:00:00+00:00", None)]
+    assert known("2024-05-02T12:00:00Z") == [
+        ("I love India, it is my favorite country.", "2024-05-01T00:00:00+00:00", "2024-05-02T00:00:00+00:00")
+    ]
+    assert known("2024-05-03T12:00:00Z") == [
+        ("I love India and Peru.", "2024-05-01T00:00:00+00:00", "2024-05-03T00:00:00+00:00")
+    ]
     with pytest.raises(ValidationError):
         m.update(memory_id, text="bad\x00text")
-    assert m.get(memory_id)["memory"] == "I love India, it is my favorite country."  # a refused update: unchanged
+    assert m.get(memory_id)["memory"] == "I love India and Peru."  # a refused update: unchanged
     m.delete(memory_id)
     assert m.get(memory_id) is None
 

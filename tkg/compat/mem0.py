@@ -31,7 +31,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, overload
 
 import numpy as np
 
@@ -273,12 +273,15 @@ class Memory:
             return {"results": []}
         facts = self._memory.get_all(groups, as_of=as_of, known_at=known_at, include_invalidated=show_expired)
         seen_at = to_utc(known_at, "known_at") if known_at is not None else None
+        said_by = to_utc(as_of, "as_of") if as_of is not None else None
         kept = [
-            e
+            item
             for e in self._memory.episodes(groups)
-            if e.status is not EpisodeStatus.EXTRACTED and (seen_at is None or e.created_at <= seen_at)
+            if e.status is not EpisodeStatus.EXTRACTED and (said_by is None or e.reference_time <= said_by)
+            for item in [self._episode_item(e, seen_at)]
+            if item is not None
         ]
-        items = [*self._fact_items(facts), *(self._episode_item(e) for e in kept)]
+        items = [*self._fact_items(facts), *kept]
         items = [item for item in items if matches(_filterable(item), condition)]
         items.sort(key=lambda item: item["created_at"], reverse=True)
         return {"results": items[:count]}
@@ -461,12 +464,30 @@ class Memory:
             )
         return items
 
-    def _episode_item(self, episode: Episode) -> dict[str, Any]:
+    @overload
+    def _episode_item(self, episode: Episode) -> dict[str, Any]: ...
+    @overload
+    def _episode_item(self, episode: Episode, known_at: datetime | None) -> dict[str, Any] | None: ...
+    def _episode_item(self, episode: Episode, known_at: datetime | None = None) -> dict[str, Any] | None:
+        """The kept message as Mem0's item; as it read at ``known_at`` when given (an updated message: the version
+        of then), None if it was not kept yet then."""
         role, speaker, text = _parts(episode)
-        item = _item(episode.id, text, episode.group_id, episode.created_at, episode.attributes.get("metadata", {}))
-        versions = self._metadata_of(episode, reserved=True).get(_PREVIOUS)
-        if versions:  # an updated message keeps its id, so it is Mem0's one memory: created first, updated now
-            item["created_at"], item["updated_at"] = versions[0]["created_at"], episode.created_at.isoformat()
+        # an updated message keeps its id, so it is Mem0's one memory: created first, updated at each new version
+        versions = [*(self._metadata_of(episode, reserved=True).get(_PREVIOUS) or []), None]  # None: the current
+        if known_at is not None and known_at < episode.created_at:
+            versions = [v for v in versions[:-1] if datetime.fromisoformat(v["created_at"]) <= known_at]
+            if not versions:
+                return None
+        shown = versions[-1]
+        item = _item(
+            episode.id,
+            text if shown is None else shown["memory"],
+            episode.group_id,
+            episode.created_at if shown is None else datetime.fromisoformat(shown["created_at"]),
+            episode.attributes.get("metadata", {}),
+        )
+        if len(versions) > 1:
+            item["created_at"], item["updated_at"] = versions[0]["created_at"], item["created_at"]
         return {
             **item,
             "kind": "message",
