@@ -433,6 +433,11 @@ def test_bad_requests_are_refused_and_change_nothing(service: Service) -> None:
         ("POST", "/v1/facts/search", {"json": {"query": "Alice", "as_of": 1622505600}}, 422, "ISO-8601"),
         ("POST", "/v1/facts/search", {"json": {"query": "Alice", "limit": 0}}, 422, "limit"),
         ("POST", "/v1/facts/search", {"json": {"query": "Alice", "limit": 101}}, 422, "limit"),
+        ("POST", "/v1/facts/search", {"json": {"query": "Alice", "limit": True}}, 422, "limit"),
+        ("POST", "/v1/facts/search", {"json": {"query": "Alice", "limit": "5"}}, 422, "limit"),
+        ("POST", "/v1/facts/search", {"json": {"query": "Alice", "limit": 5.0}}, 422, "limit"),
+        ("POST", "/v1/facts/search", {"json": {"query": "Alice", "include_invalidated": "yes"}}, 422, "include"),
+        ("POST", "/v1/context", {"json": {"query": "Alice", "max_chars": "900"}}, 422, "max_chars"),
         ("POST", "/v1/facts/search", {"json": {"query": ""}}, 422, "query"),
         ("POST", "/v1/facts/search", {"json": {}}, 422, "query"),
         (

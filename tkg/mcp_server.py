@@ -325,12 +325,12 @@ def create_server(
         group_ids: GroupIds = None,
         max_chars: Annotated[
             int,
-            Field(ge=0, le=MAX_CONTEXT_CHARS, description="Budget for the whole text in characters."),
+            Field(ge=0, le=MAX_CONTEXT_CHARS, strict=True, description="Budget for the whole text in characters."),
         ] = DEFAULT_CONTEXT_CHARS,
         limit: Limit = DEFAULT_LIMIT,
         include_episodes: Annotated[
             bool | None,
-            Field(description="Also include the source episodes (raw messages); null: when no fact is found."),
+            Field(strict=True, description="Also include the source episodes (raw messages); null: when no fact is found."),
         ] = None,
         as_of: AsOf = None,
         known_at: KnownAt = None,
@@ -355,8 +355,8 @@ def create_server(
     @server.tool(title="List episodes", annotations=reading)
     def list_episodes(
         group_ids: GroupIds = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_PAGE, description="Episodes per page.")] = DEFAULT_PAGE,
-        offset: Annotated[int, Field(ge=0, description="Episodes to skip (for the next page).")] = 0,
+        limit: Annotated[int, Field(ge=1, le=MAX_PAGE, strict=True, description="Episodes per page.")] = DEFAULT_PAGE,
+        offset: Annotated[int, Field(ge=0, strict=True, description="Episodes to skip (for the next page).")] = 0,
     ) -> EpisodeListOut:
         """List stored episodes, newest first (by when they happened), with their ids, content and extraction
         status; total says how many there are."""

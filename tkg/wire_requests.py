@@ -219,7 +219,7 @@ GroupIds = Annotated[
         description="Groups to search; omitted or null: every group this caller may use.",
     ),
 ]
-Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"Results to return, best first (1-{MAX_LIMIT}).")]
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, strict=True, description=f"Results to return, best first (1-{MAX_LIMIT}).")]
 AsOf = Annotated[
     Timestamp,
     Field(
@@ -235,7 +235,7 @@ KnownAt = Annotated[
     ),
 ]
 IncludeInvalidated = Annotated[
-    bool, Field(description="Also return facts that have ended or were superseded (the history).")
+    bool, Field(strict=True, description="Also return facts that have ended or were superseded (the history).")
 ]
 #: What an episode's content is (the values of tkg.models.EpisodeSource).
 Source = Literal["message", "text", "json"]
