@@ -89,6 +89,11 @@ def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match=r"broken.jsonl:6"):
         fresh.import_jsonl(broken)
     assert fresh.groups() == []
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*lines, lines[-1]]) + "\n")  # a record listed twice
+    with pytest.raises(ValidationError, match="twice"):
+        fresh.import_jsonl(twice)
+    assert fresh.groups() == []
     (tmp_path / "plain.jsonl").write_text('{"fact": "not an export"}\n')
     with pytest.raises(ValidationError, match="not a tkg export"):
         fresh.import_jsonl(tmp_path / "plain.jsonl")

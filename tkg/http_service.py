@@ -160,7 +160,9 @@ class ContextIn(_In):
     query: Query
     group_ids: GroupIds = None
     limit: Limit = DEFAULT_LIMIT
-    max_chars: int = Field(DEFAULT_CONTEXT_CHARS, ge=0, le=MAX_CONTEXT_CHARS, strict=True, description="Budget in characters.")
+    max_chars: int = Field(
+        DEFAULT_CONTEXT_CHARS, ge=0, le=MAX_CONTEXT_CHARS, strict=True, description="Budget in characters."
+    )
     include_episodes: bool | None = Field(
         None, strict=True, description="Also include the source episodes: true, false, or null (when no fact is found)."
     )

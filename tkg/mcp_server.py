@@ -330,7 +330,9 @@ def create_server(
         limit: Limit = DEFAULT_LIMIT,
         include_episodes: Annotated[
             bool | None,
-            Field(strict=True, description="Also include the source episodes (raw messages); null: when no fact is found."),
+            Field(
+                strict=True, description="Also include the source episodes (raw messages); null: when no fact is found."
+            ),
         ] = None,
         as_of: AsOf = None,
         known_at: KnownAt = None,

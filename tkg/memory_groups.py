@@ -95,6 +95,13 @@ class MemoryGroups:
                 f"memory embeds with {self._embedder.name!r} ({self._embedder.dim}-d): import it into a memory with "
                 "that embedder"
             )
+        seen: set[tuple[Kind, str]] = set()
+        for record in records:
+            if (record.kind, record.id) in seen:
+                raise ValidationError(
+                    f"{source} holds the {record.kind.value} {record.id!r} twice: an export lists each record once"
+                )
+            seen.add((record.kind, record.id))
         groups = sorted({r.group_id for r in records})
         with self._locks.write():
             taken = sorted(set(groups) & self._store.groups())

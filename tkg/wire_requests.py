@@ -219,7 +219,9 @@ GroupIds = Annotated[
         description="Groups to search; omitted or null: every group this caller may use.",
     ),
 ]
-Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, strict=True, description=f"Results to return, best first (1-{MAX_LIMIT}).")]
+Limit = Annotated[
+    int, Field(ge=1, le=MAX_LIMIT, strict=True, description=f"Results to return, best first (1-{MAX_LIMIT}).")
+]
 AsOf = Annotated[
     Timestamp,
     Field(
