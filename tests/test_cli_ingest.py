@@ -212,3 +212,16 @@ def test_a_facts_csv_comes_in_with_its_valid_times(
     code, _, err = run(capsys, "ingest", str(edges), "--store", str(target), "--embedder", "hash")
     assert code == 2 and "the header lacks subject, relation, object" in err
     assert target.read_bytes() == before
+
+
+def test_a_line_whose_own_id_is_in_use_in_another_group_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_llm_env: None
+) -> None:
+    """A line's own ``"id"`` found in another group is not "done before": the run stops, naming the line."""
+    store = tmp_path / "m.tkg"
+    source = write_jsonl(tmp_path / "in.jsonl", [{"content": "User: hi", "id": "mine"}])
+    code, _, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")
+    assert code == 0, err
+    code, _, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash", "--group", "g2")
+    assert code != 0 and "in.jsonl:1" in err and "in use in group" in err
+    assert [(e.id, e.group_id) for e in Memory.load(store, embedder=HashEmbedder()).episodes()] == [("mine", "default")]

@@ -123,6 +123,12 @@ def ingest(
     ids = episode_ids(items, group_id)
     _check_all(memory, items, ids, name, group)
     found = memory.get_many(Kind.EPISODE, ids)
+    for item, stored in zip(items, found, strict=True):
+        if stored is not None and stored.group_id != group_id:
+            raise ValidationError(
+                f"{_where(name, item)}: episode id {stored.id!r} is in use in group {stored.group_id!r}, not "
+                f"{group_id!r}: give the line another id"
+            )
     todo = [
         (item, episode_id)
         for item, episode_id, stored in zip(items, ids, found, strict=True)
