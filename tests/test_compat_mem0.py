@@ -118,6 +118,17 @@ def test_metadata_filters() -> None:
     assert texts(hits) == ["likes rome"]
     with pytest.raises(ValidationError, match="unknown filter operator"):
         m.get_all(filters={"user_id": "u", "year": {"between": [1, 2]}})
+    # a malformed filter is refused whether or not a memory would reach it: in a scope never written, or behind
+    # a condition that fails first
+    for read in (m.get_all, lambda filters: m.search("likes", filters=filters)):
+        for filters, match in (
+            ({"user_id": "nobody", "year": {"between": [1, 2]}}, "unknown filter operator"),
+            ({"user_id": "u", "topic": "none", "year": {"in": 2022}}, "takes a list"),
+            ({"user_id": "u", "OR": {"topic": "music"}}, "takes a list of filters"),
+            ({"user_id": "u", "AND": [{"topic": "none"}, {"NOT": [{"year": {"nin": "x"}}]}]}, "takes a list"),
+        ):
+            with pytest.raises(ValidationError, match=match):
+                read(filters=filters)
 
 
 def test_a_metadata_filter_finds_a_match_that_ranks_below_many_others() -> None:

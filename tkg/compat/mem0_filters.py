@@ -93,7 +93,22 @@ def split_filters(filters: Mapping[str, Any] | None) -> tuple[dict[str, str], di
                 scope[key] = checked
         else:
             rest[key] = value
+    check_condition(rest)
     return scope, rest
+
+
+def check_condition(condition: Mapping[str, Any]) -> None:
+    """Refuse a malformed filter before any memory is read (an unknown operator, ``AND`` / ``OR`` / ``NOT`` not
+    given a list of filters, ``in`` / ``nin`` not given a list), whether or not a memory would reach it."""
+    for key, expected in condition.items():
+        if key in ("AND", "OR", "NOT"):
+            for inner in _conditions(expected, key):
+                check_condition(inner)
+        elif isinstance(expected, Mapping):
+            _check_operators(expected)
+            for op in ("in", "nin"):
+                if op in expected:
+                    _listed(expected[op], op)
 
 
 def matches(item: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
@@ -125,9 +140,7 @@ def _value_matches(present: bool, actual: Any, expected: Any) -> bool:
         return present
     if not isinstance(expected, Mapping):
         return present and actual == expected
-    unknown = set(expected) - _OPERATORS
-    if unknown:
-        raise ValidationError(f"unknown filter operator(s) {sorted(unknown)}; use {sorted(_OPERATORS)}")
+    _check_operators(expected)
     for op, operand in expected.items():
         if op == "ne":
             if present and actual == operand:
@@ -140,6 +153,12 @@ def _value_matches(present: bool, actual: Any, expected: Any) -> bool:
         if not present or not _compare(op, actual, operand):
             return False
     return True
+
+
+def _check_operators(expected: Mapping[str, Any]) -> None:
+    unknown = set(expected) - _OPERATORS
+    if unknown:
+        raise ValidationError(f"unknown filter operator(s) {sorted(unknown)}; use {sorted(_OPERATORS)}")
 
 
 def _listed(operand: Any, op: str) -> list[Any]:
