@@ -38,18 +38,39 @@ def fact_times(draw: st.DrawFn) -> dict[str, datetime | None]:
     # shortens a fact, so that end is not before the current one).
     low = invalid if invalid is not None else (valid if valid is not None else -10)
     prior = None if expired is None else draw(st.none() | st.integers(low, 32))
+    # A fact superseded again (tkg.revisions): earlier supersessions, each learnt before the next, the last one
+    # replaced when the record's own was learnt.
+    revisions: list[dict[str, str]] = []
+    if expired is not None and invalid is not None and expired > created:
+        learnt = sorted(draw(st.sets(st.integers(created, expired - 1), max_size=2)))
+        untils = [*learnt[1:], expired] if learnt else []
+        for at, until in zip(learnt, untils, strict=True):
+            end = day(draw(st.integers(low, 32)))
+            revisions.append(
+                {
+                    "invalid_at": end.isoformat(),
+                    "invalidated_by": "f0",
+                    "expired_at": day(at).isoformat(),
+                    "until": day(until).isoformat(),
+                }
+            )
     return {
         "created_at": day(created),
         "valid_at": day(valid),
         "invalid_at": day(invalid),
         "expired_at": day(expired),
         "prior_invalid_at": day(prior),
+        "attributes": {"tkg.revisions": revisions} if revisions else {},
     }
 
 
 def _believed_end(f: Fact, tx: datetime) -> datetime | None:
-    # a supersession learnt after tx is not yet known at tx: the fact ends where it ended before it
-    return f.prior_invalid_at if (f.expired_at is not None and f.expired_at > tx) else f.invalid_at
+    # a supersession learnt after tx is not yet known at tx: the fact ends where it ended before it, the last
+    # earlier supersession learnt by tx, or its own end
+    if f.expired_at is None or f.expired_at <= tx:
+        return f.invalid_at
+    earlier = [r for r in f.attributes.get("tkg.revisions", []) if datetime.fromisoformat(r["expired_at"]) <= tx]
+    return datetime.fromisoformat(earlier[-1]["invalid_at"]) if earlier else f.prior_invalid_at
 
 
 def _open_at(end: datetime | None, at: datetime) -> bool:

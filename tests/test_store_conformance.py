@@ -235,6 +235,33 @@ def test_time_filters_agree_with_the_pure_definition(make_store, times, as_of, k
     assert {f.id for f in store.facts_of(["e1"], sc)} == expected
 
 
+def test_a_fact_superseded_twice_shows_each_believed_end_at_its_own_transaction_time(make_store):
+    """Lives in Oslo from day 0 (open); on day 10 the memory learns a move on day 8 (ends it at 8); on day 20 a
+    late fact says the move was on day 5 (ends it at 5). As known on day 15 it ended at 8; before day 10 it was
+    open; from day 20 it ends at 5 -- on every backend, through search, neighbourhood and the time filters."""
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1), entity(2), entity(3)]))
+    revision = {
+        "invalid_at": (T0 + 8 * DAY).isoformat(),
+        "invalidated_by": "f2",
+        "expired_at": (T0 + 10 * DAY).isoformat(),
+        "until": (T0 + 20 * DAY).isoformat(),
+    }
+    oslo = fact(
+        1, 1, 2, "alpha lives in oslo", valid_at=T0, invalid_at=T0 + 5 * DAY, expired_at=T0 + 20 * DAY,
+        invalidated_by="f3", attributes={"tkg.revisions": [revision]},
+    )  # fmt: skip
+    store.write(WriteBatch(puts=[oslo]))
+    vector = EMB.embed(["alpha lives in oslo"])[0]
+    for known, holds_on_day_6 in ((9, True), (10, True), (15, True), (19, True), (20, False), (25, False)):
+        for as_of, expected in ((6, holds_on_day_6), (7, known < 20), (9, known < 10)):
+            sc = scope(as_of=T0 + as_of * DAY, known_at=T0 + known * DAY)
+            found = {h.id for h in store.text_search(Kind.FACT, "alpha oslo", 10, sc)}
+            assert found == ({"f1"} if expected else set()), (known, as_of)
+            assert {h.id for h in store.vector_search(Kind.FACT, vector, 10, sc)} == found
+            assert {f.id for f in store.facts_of(["e1"], sc)} == found
+
+
 def test_the_ends_of_the_facts_a_scope_admits_in_insertion_order(make_store):
     """fact_ends (the edges community detection reads) gives the ends of exactly the facts a scope admits, in the
     order a scan gives them, across groups, both timelines, relation filters, a replacement and a deletion."""

@@ -459,3 +459,44 @@ def test_a_view_known_at_a_past_time_shows_facts_as_they_were_then() -> None:
     assert stored.invalid_at == datetime(2022, 1, 1, tzinfo=UTC) and stored.expired_at is not None  # now: ended
     assert views() == before
     assert "Alice lives in Paris (2019-01-01 00:00 UTC - present)" in before[-1]
+
+
+def test_a_fact_superseded_twice_keeps_each_end_it_had_on_the_transaction_timeline(tmp_path: Any) -> None:
+    """Oslo since 2020; learnt later: Rome since 2022 (Oslo ends 2022); learnt later still, a late fact: Paris since
+    2021 (Oslo ends 2021). A view known between the two still sees Oslo ending in 2022, by Rome -- also after a
+    snapshot round trip -- and removing Paris brings that state back as it was."""
+    homes = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    memory = make(ontology=homes)
+    for city, year in (("Oslo", 2020), ("Rome", 2022), ("Paris", 2021)):
+        memory.add_facts([FactInput("Ann", "LIVES_IN", city, valid_at=f"{year}-01-01T00:00:00Z")], group_id="g")
+    oslo, rome, paris = (facts(memory)[f"Ann lives in {c}"] for c in ("Oslo", "Rome", "Paris"))
+    assert (oslo.invalid_at, oslo.invalidated_by) == (datetime(2021, 1, 1, tzinfo=UTC), paris.id)
+    between = rome.created_at + (paris.created_at - rome.created_at) / 2
+
+    def oslo_known_at(m: Memory, at: datetime) -> tuple[Any, ...]:
+        shown = next(f for f in m.facts_about(oslo.source_id, include_invalidated=True, known_at=at) if f.id == oslo.id)
+        return shown.invalid_at, shown.invalidated_by
+
+    def as_of_2023(m: Memory, at: datetime) -> list[str]:
+        listed = sorted(f.fact for f in m.get_all("g", as_of="2023-06-01T00:00:00Z", known_at=at))
+        found = m.search("Ann lives in", group_ids="g", as_of="2023-06-01T00:00:00Z", known_at=at, targets=["facts"])
+        assert sorted(s.record.fact for s in found.facts) == listed  # the store's time filters, and a scan
+        return listed
+
+    memory.save(tmp_path / "m.tkg")
+    for m in (memory, Memory.load(tmp_path / "m.tkg", embedder=HashEmbedder(dim=64))):
+        assert oslo_known_at(m, rome.created_at - timedelta(seconds=1)) == (None, None)
+        assert oslo_known_at(m, between) == (datetime(2022, 1, 1, tzinfo=UTC), rome.id)
+        assert oslo_known_at(m, paris.created_at) == (datetime(2021, 1, 1, tzinfo=UTC), paris.id)
+        assert as_of_2023(m, rome.created_at - timedelta(seconds=1)) == ["Ann lives in Oslo"]
+        assert as_of_2023(m, between) == ["Ann lives in Rome"]  # Oslo had ended in 2022, as the memory knew then
+        assert as_of_2023(m, paris.created_at) == ["Ann lives in Rome"]
+    paris_episode = paris.episodes[0]
+    memory.remove_episode(paris_episode)  # as if Paris had never been added: Oslo ends by Rome, learnt when it was
+    back = facts(memory)["Ann lives in Oslo"]
+    assert (back.invalid_at, back.invalidated_by, back.expired_at) == (
+        datetime(2022, 1, 1, tzinfo=UTC),
+        rome.id,
+        rome.created_at,
+    )
+    assert "tkg.revisions" not in back.attributes

@@ -29,6 +29,7 @@ from tkg.llm.rules import extract
 from tkg.llm.schema import FactDecision, GraphExtraction, Resolution
 from tkg.models import Entity, Episode, Fact
 from tkg.ontology import Ontology, RelationType
+from tkg.revisions import revisions_of
 from tkg.storage import Store
 
 PEOPLE = ["Ann", "Bob"]
@@ -156,6 +157,14 @@ def check_invariants(memory: Memory) -> None:
             assert f.expired_at is not None and f.expired_at >= f.created_at
             end = own_end(f)
             assert f.invalid_at is not None and (end is None or f.invalid_at <= end), f
+        # earlier supersessions (tkg.revisions): each by a fact still here, learnt in turn, before the record's own
+        earlier = revisions_of(f)
+        assert not earlier or f.expired_at is not None, f
+        for r, after in zip(earlier, [*earlier[1:], None][: len(earlier)], strict=True):
+            assert r.invalidated_by in ids and r.invalidated_by != f.id, f
+            assert f.created_at <= r.expired_at < r.until, f
+            assert r.until <= (after.expired_at if after is not None else f.expired_at), f  # type: ignore[operator]
+            assert f.valid_at is None or r.invalid_at >= f.valid_at, f
     # at every instant of valid time, at most one home (LIVES_IN or MOVED_TO) and one job per person
     names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
     slots: dict[tuple[str, str], list[Fact]] = {}
@@ -197,6 +206,29 @@ def test_any_arrival_order_gives_the_same_history(
     ingest(other, shuffled, batch=data.draw(st.booleans()))
     check_invariants(other)
     assert canonical(other) == canonical(in_order)
+
+
+@SETTINGS
+@given(history=st.lists(statements, min_size=1, max_size=7))
+def test_a_view_known_at_a_past_time_shows_what_the_memory_held_then(
+    make_store: Callable[[int], Store], history: list[Statement]
+) -> None:
+    """Transaction time: after each episode, what the memory holds (every fact, superseded ones included, with
+    its end, what ended it and when that was learnt) is noted; at the end, a view known at each of those times
+    shows exactly that -- however often a fact was superseded since (late facts about the past end facts again)."""
+    note(f"history: {history!r}")
+    memory = new_memory(make_store(EMB.dim))
+
+    def held(facts: Sequence[Fact]) -> dict[str, tuple[Any, ...]]:
+        return {f.id: (f.invalid_at, f.invalidated_by, f.expired_at) for f in facts}
+
+    seen: list[tuple[datetime, dict[str, tuple[Any, ...]]]] = []
+    for content, said in (message(s) for s in history):
+        memory.add_episode(content, reference_time=said, group_id="g")
+        seen.append((memory.clock.now(), held(memory.get_all("g", include_invalidated=True))))
+    check_invariants(memory)
+    for at, then in seen:
+        assert held(memory.get_all("g", include_invalidated=True, known_at=at)) == then, at
 
 
 @SETTINGS

@@ -24,7 +24,9 @@ facts in any order, or removing one, gives what adding the others alone would ha
    stored already superseded, and it shortens the facts it falls inside, exactly as if it had arrived in order.
    A fact that starts "since forever" and is superseded by another such fact ends when that one was stated.
 4. **Transaction time.** ``expired_at`` is set when the memory learns that a fact is superseded, kept while that
-   stays so, and cleared if the supersession is undone (its cause removed).
+   stays so, and cleared if the supersession is undone (its cause removed). A fact superseded again differently
+   keeps the supersession it replaces as a revision (:mod:`tkg.revisions`), so views of past transaction times
+   see each end the memory believed; removing the later cause brings the earlier supersession back as recorded.
 
 Candidates for the LLM (:func:`may_concern`) are never the whole group: facts sharing the entity pair, or an
 endpoint and the relation, or an endpoint and a similar sentence (chosen by the caller), whose own intervals
@@ -33,12 +35,13 @@ overlap the new fact's -- superseded facts included, so that a late-arriving fac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import Any
 
 from tkg.memo import Memo
 from tkg.models import Fact, Verdict, evolve
+from tkg.revisions import Revision, revisions_of, with_revisions
 from tkg.timeutil import iso_offset
 
 #: The end given to a restatement whose start is unknown (an empty interval before every real date).
@@ -255,7 +258,8 @@ def history(
             else:
                 kept.append(h)
         holding = [*kept, fact]
-    return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now) for f in order}
+    present = {f.id for f in facts}
+    return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now, present) for f in order}
 
 
 def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
@@ -279,21 +283,44 @@ def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:
     return end is None or start is None or end > start or fact.valid_at == start
 
 
-def _settled(fact: Fact, own: datetime | None, superseded: tuple[datetime, str] | None, now: datetime) -> Fact:
+def _settled(
+    fact: Fact, own: datetime | None, superseded: tuple[datetime, str] | None, now: datetime, present: Set[str]
+) -> Fact:
     """``fact`` as the sweep leaves it: holding to its ``own`` end, or ``superseded`` (the end it is given, never
     before its start, and the fact that ends it) with its transaction time: a supersession the store already
-    records keeps its ``expired_at``; a new one is learnt ``now``. ``fact`` itself when nothing changes."""
+    records keeps its ``expired_at``; one it recorded before and replaced since (its replacement removed) comes back
+    with its ``expired_at`` and the revisions before it; a new one is learnt ``now``, and the supersession it
+    replaces becomes a revision (:mod:`tkg.revisions`). Revisions by facts no longer ``present`` are dropped, and a
+    fact holding again has none. ``fact`` itself when nothing changes."""
+    earlier = tuple(r for r in revisions_of(fact) if r.invalidated_by in present)
     if superseded is None:
-        if fact.invalidated_by is None and fact.expired_at is None:
+        if fact.invalidated_by is None and fact.expired_at is None and not earlier:
             return fact  # holding as stated
         state: tuple[datetime | None, str | None, datetime | None, datetime | None] = (own, None, None, None)
+        earlier = ()
     else:
         end, by = superseded
         if fact.valid_at is not None and end < fact.valid_at:
             end = fact.valid_at
-        known = fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None
-        state = (end, by, own, fact.expired_at if known else max(now, fact.created_at))
-    if state == (fact.invalid_at, fact.invalidated_by, fact.prior_invalid_at, fact.expired_at):
+        back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
+        if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
+            learnt = fact.expired_at  # known already
+        elif back is not None:
+            learnt, earlier = earlier[back].expired_at, earlier[:back]
+        elif (
+            fact.expired_at is not None
+            and fact.invalid_at is not None
+            and fact.invalidated_by is not None
+            and fact.invalidated_by in present
+        ):
+            learnt = max(now, fact.expired_at)  # superseded again: what was believed until now is a revision
+            if learnt > fact.expired_at:  # (one believed for no time at all is not)
+                earlier = (*earlier, Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, learnt))
+        else:
+            learnt = max(now, fact.created_at)
+        state = (end, by, own, learnt)
+    current = (fact.invalid_at, fact.invalidated_by, fact.prior_invalid_at, fact.expired_at)
+    if state == current and earlier == revisions_of(fact):
         return fact
     invalid_at, invalidated_by, prior_invalid_at, expired_at = state
     return evolve(
@@ -302,6 +329,7 @@ def _settled(fact: Fact, own: datetime | None, superseded: tuple[datetime, str] 
         invalidated_by=invalidated_by,
         prior_invalid_at=prior_invalid_at,
         expired_at=expired_at,
+        attributes=with_revisions(fact.attributes, earlier),
     )
 
 

@@ -4,7 +4,8 @@ A query names up to two points in time:
 
 * ``known_at`` (transaction time T'): look at the memory as it stood then. Only records created at or before it
   are seen, and a supersession learnt after it (``expired_at > known_at``) is not yet known, so the fact still
-  ends where it ended before (``prior_invalid_at``: its own end date, or open-ended). Defaults to now.
+  ends where it ended before: the earlier supersession believed then (:mod:`tkg.revisions`), else its own end
+  (``prior_invalid_at``: its own end date, or open-ended). Defaults to now.
 * ``as_of`` (event time T): keep the facts that held in the world at that moment, ``valid_at <= as_of <
   invalid_at`` with missing bounds open. Defaults to ``known_at``: "what was believed true at that moment".
 
@@ -25,6 +26,7 @@ from typing import TypeVar
 
 from tkg.errors import ValidationError
 from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id, evolve
+from tkg.revisions import believed_end, learnt_by, with_revisions
 from tkg.timeutil import optional_utc, to_utc
 
 R = TypeVar("R", bound=Record)
@@ -154,22 +156,31 @@ class Scope:
 
 def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's end as the memory knew it at ``known_at``: a supersession learnt later is not yet known, so the
-    fact ends where it ended before that (``prior_invalid_at``: its own end, or open). An end given by hand
-    (:meth:`tkg.Memory.invalidate_fact`) is the fact's own end from then on, at every ``known_at``: one level of
-    transaction history is kept per fact, and the record of that change is in its attributes."""
-    if fact.expired_at is not None and fact.expired_at > known_at:
-        return fact.prior_invalid_at
-    return fact.invalid_at
+    fact ends where it ended before that -- the earlier supersession believed then (:mod:`tkg.revisions`), else its
+    own end (``prior_invalid_at``: its own end, or open). An end given by hand (:meth:`tkg.Memory.invalidate_fact`)
+    is the fact's own end from then on, at every ``known_at``; the record of that change is in its attributes."""
+    return believed_end(fact, known_at)
 
 
 def as_known(fact: Fact, known_at: datetime) -> Fact:
     """``fact`` as the memory held it at ``known_at``: a supersession learnt later is undone (its end is
-    :func:`believed_invalid_at`, it is not expired and nothing supersedes it yet), so a view of a past time shows
-    the fact it filtered by, not today's record."""
+    :func:`believed_invalid_at`; it is superseded by what superseded it then, if anything), so a view of a past time
+    shows the fact it filtered by, not today's record."""
     if fact.expired_at is None or fact.expired_at <= known_at:
         return fact
-    end = believed_invalid_at(fact, known_at)
-    return evolve(fact, invalid_at=end, expired_at=None, invalidated_by=None, prior_invalid_at=None)
+    learnt = learnt_by(fact, known_at)
+    if not learnt:
+        return evolve(
+            fact, invalid_at=fact.prior_invalid_at, expired_at=None, invalidated_by=None, prior_invalid_at=None,
+            attributes=with_revisions(fact.attributes, ()),
+        )  # fmt: skip
+    return evolve(
+        fact,
+        invalid_at=learnt[-1].invalid_at,
+        invalidated_by=learnt[-1].invalidated_by,
+        expired_at=learnt[-1].expired_at,
+        attributes=with_revisions(fact.attributes, learnt[:-1]),
+    )
 
 
 def fact_holds(fact: Fact, at: datetime, known_at: datetime) -> bool:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tkg.models import Kind, Record, Vector
+from tkg.models import Fact, Kind, Record, Vector
+from tkg.revisions import revisions_of
 from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
@@ -165,6 +166,9 @@ class Table:
         self.expired = Column(np.int64, MAX)
         # A superseded fact's end before the supersession: what a query known before its expiry believes.
         self.prior = Column(np.int64, MAX)
+        # Facts superseded more than once: slot -> its earlier supersessions (tkg.revisions) as (learnt at, end)
+        # microseconds, oldest first. Few facts have any; a query known before a fact's expiry reads them.
+        self.revised: dict[int, tuple[tuple[int, int], ...]] = {}
         # Filters: a fact's relation code; one boolean column per entity label (labels are few).
         self.relation = Column(np.int32, -1)
         # Facts: the codes of their two ends (the store's entity codes), for the neighbourhood of a hot entity.
@@ -288,7 +292,33 @@ class Table:
         ``tx`` is not yet known then: the fact ends where it ended before (``prior_invalid_at``;
         :func:`tkg.timeline.believed_invalid_at`). expired_at None is stored as MAX."""
         expired = self.expired.at(rows)
-        return np.where((expired > tx) & (expired != MAX), self.prior.at(rows), self.invalid.at(rows))
+        ends = np.where((expired > tx) & (expired != MAX), self.prior.at(rows), self.invalid.at(rows))
+        if self.revised:
+            slots = np.fromiter(self.revised, dtype=np.int64, count=len(self.revised))
+            if rows is None:
+                slots = slots[slots < len(ends)]
+                positions = slots
+            else:
+                positions = np.flatnonzero(np.isin(rows, slots))
+                slots = rows[positions]
+            for position, slot in zip(positions.tolist(), slots.tolist(), strict=True):
+                if expired[position] > tx:  # its own state is not known yet: the earlier supersession known then
+                    for learnt, end in self.revised[slot]:
+                        if learnt <= tx:
+                            ends[position] = end
+        return ends
+
+    def set_revisions(self, slot: int, fact: Fact) -> None:
+        """Keep the earlier supersessions of the fact now at ``slot`` (:data:`revised`)."""
+        earlier = revisions_of(fact)
+        if earlier:
+            self.revised[slot] = tuple((to_micros(r.expired_at), to_micros(r.invalid_at)) for r in earlier)
+        else:
+            self.revised.pop(slot, None)
+
+    def revision_times(self) -> npt.NDArray[np.int64]:
+        """When each earlier supersession was learnt (a "now" mask changes as "now" crosses one)."""
+        return np.fromiter((t for earlier in self.revised.values() for t, _ in earlier), dtype=np.int64)
 
     def holding(self, at: int, ends: npt.NDArray[np.int64], rows: npt.NDArray[np.int64] | None = None) -> Mask:
         """Where a fact held in the world at ``at``, given its believed ``ends`` (over all slots, or ``rows``)."""
@@ -298,12 +328,14 @@ class Table:
         """``[lo, hi)`` around ``now`` in which no stored timestamp that a "now" mask depends on changes its
         comparison with "now" (creation; for facts judged at "now" also validity and expiry); over the slots
         ``rows`` only when given."""
-        columns = [self.created]
+        columns = [self.created.at(rows)]
         if self.kind is Kind.FACT and event_time:
-            columns += [self.valid, self.invalid, self.expired, self.prior]
+            columns += [c.at(rows) for c in (self.valid, self.invalid, self.expired, self.prior)]
+            if self.revised:
+                columns.append(self.revision_times())
         lo, hi = MIN, MAX
-        for column in columns:
-            below, above = around(column.at(rows), now)
+        for values in columns:
+            below, above = around(values, now)
             lo, hi = max(lo, below), min(hi, above)
         return lo, hi
 

@@ -9,12 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from tkg.models import Kind
+from tkg.revisions import REVISIONS
 from tkg.timeline import DATE_FIELDS, Filters, Scope
 
 from .schema import TABLES
 
 #: Columns that may hold NULL (a missing timestamp); the others always have a value.
 _NULLABLE = {"valid_at", "invalid_at", "expired_at"}
+
+
+#: A fact's end as believed at ``s_known`` from its earlier supersessions (:mod:`tkg.revisions`): the last one
+#: learnt by then, none when there is none.
+_EARLIER_END = (
+    "SELECT (r.value->>'invalid_at')::timestamptz FROM json_array_elements(attributes->'"
+    + REVISIONS
+    + "') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= %(s_known)s "
+    "ORDER BY r.n DESC LIMIT 1"
+)
 
 
 def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
@@ -30,10 +41,11 @@ def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
     if kind is Kind.FACT and scope.as_of is not None:
         params["s_at"] = scope.as_of
         # A supersession learnt after known_at (expired_at > known_at) is not yet known: the fact ends where it
-        # ended before it (prior_invalid_at: its own end, or open). tkg.timeline.believed_invalid_at is the rule.
+        # ended before it -- the latest earlier supersession learnt by then (tkg.revisions, in the attributes),
+        # else prior_invalid_at (its own end, or open). tkg.timeline.believed_invalid_at is the rule.
         parts.append(
             "(valid_at IS NULL OR valid_at <= %(s_at)s) AND COALESCE(%(s_at)s < CASE WHEN expired_at > %(s_known)s "
-            "THEN prior_invalid_at ELSE invalid_at END, TRUE)"
+            f"THEN COALESCE(({_EARLIER_END}), prior_invalid_at) ELSE invalid_at END, TRUE)"
         )
     elif kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
         params["s_at"] = scope.as_of
