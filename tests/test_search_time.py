@@ -353,3 +353,20 @@ def test_bfs_limit_keeps_the_nearest(make_store):
         part = store.bfs(["n0"], 20, scope, limit=limit)
         assert len(part) == limit and all(full[k] == v for k, v in part.items())
         assert max(part.values()) <= min((full[k] for k in full if k not in part), default=99)
+
+
+@pytest.mark.parametrize(("learnt", "end"), [(0, 1), (1, 2), (0, 3)])
+def test_a_moving_now_follows_the_ends_of_earlier_supersessions(make_store, learnt: int, end: int) -> None:
+    """The cached "now" view must change when "now" crosses the end an earlier supersession gave a fact (not only
+    the time it was learnt): that end decides until the record's own supersession is learnt (day 4)."""
+    revision = {"invalid_at": day(end).isoformat(), "invalidated_by": "f0", "expired_at": day(learnt).isoformat(),
+                "until": day(4).isoformat()}  # fmt: skip
+    times = {"created_at": T0, "valid_at": None, "invalid_at": day(2), "expired_at": day(4), "prior_invalid_at": None}
+    facts = _facts([{**times, "attributes": {"tkg.revisions": [revision]}}])  # type: ignore[dict-item]
+    store = make_store(32)
+    store.write(WriteBatch(puts=[*_entities(), *facts]))
+    for n in range(6):
+        now = day(n)
+        assert now is not None
+        expected = {f.id for f in facts if _open_at(_believed_end(f, now), now)}
+        assert {h.id for h in store.text_search(Kind.FACT, "common", 100, make_scope(now, ["g"]))} == expected, n

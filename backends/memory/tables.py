@@ -317,8 +317,9 @@ class Table:
             self.revised.pop(slot, None)
 
     def revision_times(self) -> npt.NDArray[np.int64]:
-        """When each earlier supersession was learnt (a "now" mask changes as "now" crosses one)."""
-        return np.fromiter((t for earlier in self.revised.values() for t, _ in earlier), dtype=np.int64)
+        """When each earlier supersession was learnt, and the end it gave (a "now" mask changes as "now" crosses
+        either)."""
+        return np.fromiter((t for earlier in self.revised.values() for pair in earlier for t in pair), dtype=np.int64)
 
     def holding(self, at: int, ends: npt.NDArray[np.int64], rows: npt.NDArray[np.int64] | None = None) -> Mask:
         """Where a fact held in the world at ``at``, given its believed ``ends`` (over all slots, or ``rows``)."""
