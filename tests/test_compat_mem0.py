@@ -144,6 +144,22 @@ def test_a_metadata_filter_finds_a_match_that_ranks_below_many_others() -> None:
 # -- extraction, contradiction, update, delete, history ------------------------------------------------------
 
 
+def test_a_deleted_fact_is_still_listed_as_known_before_the_delete() -> None:
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    added = m.add([{"role": "user", "name": "Ann", "content": "I LIKES tea."}], user_id="ann")["results"][0]
+    clock.set("2024-06-01T00:00:00Z")
+    m.delete(added["id"])
+    assert texts(m.get_all(user_id="ann")) == []
+    assert texts(m.get_all(user_id="ann", known_at="2024-05-15T00:00:00Z")) == ["Ann likes tea"]
+    assert texts(m.search("tea", user_id="ann", known_at="2024-05-15T00:00:00Z")) == ["Ann likes tea"]
+    assert texts(m.search("tea", user_id="ann")) == []
+    # what the memory expected then of a later time: it did not know the delete was coming
+    later = {"as_of": "2024-07-01T00:00:00Z", "known_at": "2024-05-15T00:00:00Z"}
+    assert texts(m.get_all(user_id="ann", **later)) == ["Ann likes tea"]
+    assert texts(m.get_all(user_id="ann", as_of="2024-07-01T00:00:00Z")) == []
+
+
 def test_facts_with_an_llm_and_a_contradiction_ends_the_older() -> None:
     clock = FixedClock("2024-05-01T00:00:00Z")
     m = with_llm(clock)

@@ -72,6 +72,21 @@ def test_an_ended_fact_keeps_its_history(setup: tuple[Memory, FixedClock]) -> No
         ("2023-03-01T00:00:00+00:00", {"why": "user correction"}),
     ]
 
+    # Transaction time: a view known before an end was recorded does not know it yet -- the fact ends where it
+    # ended then (open before 2024-06, 2023-03 until 2024-07), in a scan, in search and in the fact shown.
+    def known(at: str, as_of: str) -> tuple[bool, bool]:
+        listed = "Ann works at Acme" in current(memory, as_of=as_of, known_at=at)
+        found = memory.search("Ann works at Acme", group_ids="g", as_of=as_of, known_at=at, targets=["facts"])
+        return listed, "Ann works at Acme" in {s.record.fact for s in found.facts}
+
+    assert known("2024-05-01T00:00:00Z", as_of="2024-01-01T00:00:00Z") == (True, True)
+    assert known("2024-06-15T00:00:00Z", as_of="2023-01-01T00:00:00Z") == (True, True)
+    assert known("2024-06-15T00:00:00Z", as_of="2023-06-01T00:00:00Z") == (False, False)
+    assert known("2024-07-15T00:00:00Z", as_of="2023-01-01T00:00:00Z") == (False, False)
+    shown = memory.facts_about(acme.source_id, include_invalidated=True, known_at="2024-06-15T00:00:00Z")
+    then = next(f for f in shown if f.id == acme.id)
+    assert then.invalid_at == t("2023-03-01") and len(then.attributes[ENDED_BY_HAND]) == 1
+
 
 def test_a_restatement_after_the_end_holds_again(setup: tuple[Memory, FixedClock]) -> None:
     """Ann knows Bob from 2020, said again from 2022 (a restatement: kept, superseded by the first). Ended by hand

@@ -54,23 +54,43 @@ def fact_times(draw: st.DrawFn) -> dict[str, datetime | None]:
                     "until": day(until).isoformat(),
                 }
             )
+    # Ends given by hand (tkg.ended_by_hand), each with the own end it replaced, recorded in turn.
+    hand: list[dict[str, str | None]] = []
+    for recorded in sorted(draw(st.sets(st.integers(created, 32), max_size=2))):
+        before = draw(st.none() | st.integers(low, 32))
+        hand.append({"at": day(low).isoformat(), "recorded_at": day(recorded).isoformat(),  # type: ignore[union-attr]
+                     "previous_end": None if before is None else day(before).isoformat()})  # type: ignore[union-attr]  # fmt: skip
+    attributes: dict[str, object] = {}
+    if revisions:
+        attributes["tkg.revisions"] = revisions
+    if hand:
+        attributes["tkg.ended_by_hand"] = hand
     return {
         "created_at": day(created),
         "valid_at": day(valid),
         "invalid_at": day(invalid),
         "expired_at": day(expired),
         "prior_invalid_at": day(prior),
-        "attributes": {"tkg.revisions": revisions} if revisions else {},
+        "attributes": attributes,
     }
 
 
 def _believed_end(f: Fact, tx: datetime) -> datetime | None:
     # a supersession learnt after tx is not yet known at tx: the fact ends where it ended before it, the last
     # earlier supersession learnt by tx, or its own end
-    if f.expired_at is None or f.expired_at <= tx:
+    # and an end given by hand after tx is not given yet: the fact's own end is the one that end replaced
+    def own(now: datetime | None) -> datetime | None:
+        later = [e for e in f.attributes.get("tkg.ended_by_hand", []) if datetime.fromisoformat(e["recorded_at"]) > tx]
+        if not later:
+            return now
+        return None if later[0]["previous_end"] is None else datetime.fromisoformat(later[0]["previous_end"])
+
+    if f.expired_at is None:
+        return own(f.invalid_at)
+    if f.expired_at <= tx:
         return f.invalid_at
     earlier = [r for r in f.attributes.get("tkg.revisions", []) if datetime.fromisoformat(r["expired_at"]) <= tx]
-    return datetime.fromisoformat(earlier[-1]["invalid_at"]) if earlier else f.prior_invalid_at
+    return datetime.fromisoformat(earlier[-1]["invalid_at"]) if earlier else own(f.prior_invalid_at)
 
 
 def _open_at(end: datetime | None, at: datetime) -> bool:

@@ -41,7 +41,7 @@ from typing import Any
 
 from tkg.memo import Memo
 from tkg.models import Fact, Verdict, evolve
-from tkg.revisions import Revision, revisions_of, with_revisions
+from tkg.revisions import ENDED_BY_HAND, Revision, revisions_of, with_revisions
 from tkg.timeutil import iso_offset
 
 #: The end given to a restatement whose start is unknown (an empty interval before every real date).
@@ -57,11 +57,6 @@ def is_live(fact: Fact) -> bool:
 def own_end(fact: Fact) -> datetime | None:
     """The end the fact was given when it was stated (``None``: open), whatever superseded it since."""
     return fact.prior_invalid_at if fact.invalidated_by is not None else fact.invalid_at
-
-
-#: The attribute that records ends given by hand (:meth:`tkg.Memory.invalidate_fact`), oldest first: the end,
-#: when it was recorded, and the fact's own end before it (ISO-8601 strings, None for open).
-ENDED_BY_HAND = "tkg.ended_by_hand"
 
 
 def end_by_hand(fact: Fact, at: datetime, now: datetime, note: Mapping[str, Any] | None = None) -> Fact:

@@ -396,8 +396,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         offset). Nothing is deleted: the fact stays with its new end, and ``as_of`` before ``at`` still finds it.
         The change is recorded in ``fact.attributes["tkg.ended_by_hand"]`` (when, the end it replaced, and
         ``note``: JSON values saying why, e.g. the fact that replaces it); the new end is the fact's own from then
-        on, ``known_at`` views included (one level of transaction history is kept per fact). The facts it
-        superseded or restated are settled again.
+        on, and a ``known_at`` view from before shows the end it replaced. The facts it superseded or restated
+        are settled again.
 
         Raises :class:`NotFoundError` for an unknown id and :class:`ValidationError` for ``at`` before the fact
         starts or a fact that already ends by then; nothing is written in either case. Returns the fact as

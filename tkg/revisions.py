@@ -1,4 +1,4 @@
-"""A fact's earlier supersessions: the transaction-time history of its end, beyond the one a record holds.
+"""A fact's transaction-time history beyond what its record holds: earlier supersessions, and ends given by hand.
 
 A fact record holds its end as the memory believes it now (``invalid_at``, ``invalidated_by``, ``expired_at``: when
 the memory learnt it) and its own end (``prior_invalid_at`` while it is superseded). That answers a view of any
@@ -9,9 +9,13 @@ gave it, when the memory learnt it (``expired_at``) and when it stopped believin
 strings. So the states of a fact on the transaction timeline are: its own end from ``created_at``, then each
 revision from its ``expired_at``, then the record's own state from its ``expired_at``.
 
+An end given by hand (:meth:`tkg.Memory.invalidate_fact`) changes the fact's own end; each is recorded in
+``fact.attributes["tkg.ended_by_hand"]`` with when it was recorded and the own end it replaced, so a view known
+before it sees the end it replaced (:func:`own_end_at`).
+
 The rules that write revisions are in :func:`tkg.invalidation.history` (a re-supersession adds one; a supersession
 undone by a removal goes back to the state it replaces, dropping the revisions after it; a revision whose fact was
-removed is dropped, as if that fact had never been added); :func:`believed_end` and :func:`learnt_by` read them.
+removed is dropped, as if that fact had never been added); :func:`believed_end` and :func:`as_known` read them.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tkg.models import Fact
+from tkg.models import Fact, evolve
 
 #: The attribute that holds a fact's earlier supersessions (see the module docstring).
 REVISIONS = "tkg.revisions"
+#: The attribute that records ends given by hand (:meth:`tkg.Memory.invalidate_fact`), oldest first: the end,
+#: when it was recorded, and the fact's own end before it (ISO-8601 strings, None for open).
+ENDED_BY_HAND = "tkg.ended_by_hand"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +86,68 @@ def learnt_by(fact: Fact, known_at: datetime) -> tuple[Revision, ...]:
     return tuple(r for r in revisions_of(fact) if r.expired_at <= known_at)
 
 
+def hand_ends(fact: Fact) -> tuple[tuple[datetime, datetime | None], ...]:
+    """The ends given the fact by hand, oldest first: (when each was recorded, the fact's own end before it)."""
+    return tuple(
+        (datetime.fromisoformat(e["recorded_at"]), _time_or_none(e.get("previous_end")))
+        for e in fact.attributes.get(ENDED_BY_HAND) or ()
+    )
+
+
+def _time_or_none(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def own_end_at(fact: Fact, known_at: datetime, own: datetime | None) -> datetime | None:
+    """The fact's own end as the memory had it at ``known_at``: before an end given by hand was recorded, the end
+    it replaced; ``own`` (its own end now) when none was given after ``known_at``."""
+    for recorded_at, previous in hand_ends(fact):
+        if recorded_at > known_at:
+            return previous
+    return own
+
+
 def believed_end(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's end as the memory believed it at ``known_at``: the record's end once its supersession was learnt
-    (``expired_at <= known_at``), else the earlier supersession believed then, else its own end."""
-    if fact.expired_at is None or fact.expired_at <= known_at:
+    (``expired_at <= known_at``), else the earlier supersession believed then, else its own end as it was then
+    (:func:`own_end_at`: an end given by hand later is not known yet)."""
+    if fact.expired_at is None:
+        return own_end_at(fact, known_at, fact.invalid_at)
+    if fact.expired_at <= known_at:
         return fact.invalid_at
     learnt = learnt_by(fact, known_at)
-    return learnt[-1].invalid_at if learnt else fact.prior_invalid_at
+    return learnt[-1].invalid_at if learnt else own_end_at(fact, known_at, fact.prior_invalid_at)
+
+
+def as_known(fact: Fact, known_at: datetime) -> Fact:
+    """``fact`` as the memory held it at ``known_at``: a supersession learnt later is undone (the fact is superseded
+    by what superseded it then, if anything), an end given by hand later is not given yet, and its attributes list
+    only the changes recorded by then. ``fact`` itself when nothing was changed after ``known_at``."""
+    hand = fact.attributes.get(ENDED_BY_HAND) or ()
+    later_by_hand = any(datetime.fromisoformat(e["recorded_at"]) > known_at for e in hand)
+    settled = fact.expired_at is None or fact.expired_at <= known_at
+    if settled and not later_by_hand:
+        return fact
+    attributes = {k: v for k, v in fact.attributes.items() if k != ENDED_BY_HAND}
+    then = [e for e in hand if datetime.fromisoformat(e["recorded_at"]) <= known_at]
+    if then:
+        attributes[ENDED_BY_HAND] = then
+    if fact.expired_at is None:
+        return evolve(fact, invalid_at=own_end_at(fact, known_at, fact.invalid_at), attributes=attributes)
+    own = own_end_at(fact, known_at, fact.prior_invalid_at)
+    if settled:
+        return evolve(fact, prior_invalid_at=own, attributes=attributes)
+    learnt = learnt_by(fact, known_at)
+    if not learnt:
+        return evolve(
+            fact, invalid_at=own, expired_at=None, invalidated_by=None, prior_invalid_at=None,
+            attributes=with_revisions(attributes, ()),
+        )  # fmt: skip
+    return evolve(
+        fact,
+        invalid_at=learnt[-1].invalid_at,
+        invalidated_by=learnt[-1].invalidated_by,
+        expired_at=learnt[-1].expired_at,
+        prior_invalid_at=own,
+        attributes=with_revisions(attributes, learnt[:-1]),
+    )

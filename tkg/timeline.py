@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
 
+from tkg import revisions
 from tkg.errors import ValidationError
-from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id, evolve
-from tkg.revisions import believed_end, learnt_by, with_revisions
+from tkg.models import Community, Entity, Episode, Fact, Record, check_group_id
 from tkg.timeutil import optional_utc, to_utc
 
 R = TypeVar("R", bound=Record)
@@ -158,29 +158,15 @@ def believed_invalid_at(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's end as the memory knew it at ``known_at``: a supersession learnt later is not yet known, so the
     fact ends where it ended before that -- the earlier supersession believed then (:mod:`tkg.revisions`), else its
     own end (``prior_invalid_at``: its own end, or open). An end given by hand (:meth:`tkg.Memory.invalidate_fact`)
-    is the fact's own end from then on, at every ``known_at``; the record of that change is in its attributes."""
-    return believed_end(fact, known_at)
+    after ``known_at`` is not known then either: the own end is the one it replaced."""
+    return revisions.believed_end(fact, known_at)
 
 
 def as_known(fact: Fact, known_at: datetime) -> Fact:
-    """``fact`` as the memory held it at ``known_at``: a supersession learnt later is undone (its end is
-    :func:`believed_invalid_at`; it is superseded by what superseded it then, if anything), so a view of a past time
-    shows the fact it filtered by, not today's record."""
-    if fact.expired_at is None or fact.expired_at <= known_at:
-        return fact
-    learnt = learnt_by(fact, known_at)
-    if not learnt:
-        return evolve(
-            fact, invalid_at=fact.prior_invalid_at, expired_at=None, invalidated_by=None, prior_invalid_at=None,
-            attributes=with_revisions(fact.attributes, ()),
-        )  # fmt: skip
-    return evolve(
-        fact,
-        invalid_at=learnt[-1].invalid_at,
-        invalidated_by=learnt[-1].invalidated_by,
-        expired_at=learnt[-1].expired_at,
-        attributes=with_revisions(fact.attributes, learnt[:-1]),
-    )
+    """``fact`` as the memory held it at ``known_at`` (:func:`tkg.revisions.as_known`): a supersession learnt later is
+    undone, an end given by hand later not given yet, so a view of a past time shows the fact it filtered by, not
+    today's record."""
+    return revisions.as_known(fact, known_at)
 
 
 def fact_holds(fact: Fact, at: datetime, known_at: datetime) -> bool:

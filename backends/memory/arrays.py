@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+MIN = np.iinfo(np.int64).min
+MAX = np.iinfo(np.int64).max
+
 # Up to this many codes, a column is compared with each (one pass per code, ~30 us per 100k slots); np.isin costs
 # ~0.25 ms per 100k slots whatever the count.
 _FEW_CODES = 4

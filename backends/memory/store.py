@@ -254,7 +254,7 @@ class InMemoryStore(Store):
             table.invalid[slot] = micros_or(record.invalid_at, MAX)
             table.expired[slot] = micros_or(record.expired_at, MAX)
             table.prior[slot] = micros_or(record.prior_invalid_at, MAX)
-            table.set_revisions(slot, record)
+            table.histories.set(slot, record)
             table.relation[slot] = self._relation_codes.setdefault(record.relation, len(self._relation_codes))
             codes = self._entity_codes
             table.source[slot] = codes.setdefault(record.source_id, len(codes))
@@ -313,7 +313,7 @@ class InMemoryStore(Store):
     def _unindex(self, record: Record, slot: int, *, keep_search: bool) -> None:
         """Remove a record from the secondary indexes (before replacing or deleting it)."""
         if isinstance(record, Fact):
-            self._tables[Kind.FACT].revised.pop(slot, None)
+            self._tables[Kind.FACT].histories.forget(slot)
             for end in (record.source_id, record.target_id):
                 self._discard(self._adjacent, end, record.id)
             for named in record.verdicts:
@@ -475,8 +475,8 @@ class InMemoryStore(Store):
         cached = self._ends
         if cached is None or cached[0] != table.version or not cached[1] <= now < cached[2]:
             lo, hi = around(table.expired.view(), now)
-            if table.revised:
-                below, above = around(table.revision_times(), now)
+            if table.histories:
+                below, above = around(table.histories.times(), now)
                 lo, hi = max(lo, below), min(hi, above)
             cached = self._ends = (table.version, lo, hi, table.believed_ends(now))
         return cached[3]

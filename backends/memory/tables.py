@@ -13,17 +13,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tkg.models import Fact, Kind, Record, Vector
-from tkg.revisions import revisions_of
+from tkg.models import Kind, Record, Vector
 from tkg.timeline import Filters, Scope
 from tkg.timeutil import to_micros
 
-from .arrays import Column, ObjectList, any_of, around
+from .arrays import MAX, MIN, Column, ObjectList, any_of, around
+from .histories import FactHistories
 from .rows import CODECS, Row, RowCodec
 from .vectors import Mask
-
-MIN = np.iinfo(np.int64).min
-MAX = np.iinfo(np.int64).max
 
 #: The ids a secondary index keeps under one key (an entity's facts, an episode's mentions...), as the keys of a
 #: dict whose values are None: used as a set, but unlike a set not tracked by Python's cycle collector (a dict of
@@ -166,9 +163,9 @@ class Table:
         self.expired = Column(np.int64, MAX)
         # A superseded fact's end before the supersession: what a query known before its expiry believes.
         self.prior = Column(np.int64, MAX)
-        # Facts superseded more than once: slot -> its earlier supersessions (tkg.revisions) as (learnt at, end)
-        # microseconds, oldest first. Few facts have any; a query known before a fact's expiry reads them.
-        self.revised: dict[int, tuple[tuple[int, int], ...]] = {}
+        # Facts whose end changed on the transaction timeline beyond what these columns hold (superseded more than
+        # once, ended by hand): a query known before such a change reads their end there.
+        self.histories = FactHistories()
         # Filters: a fact's relation code; one boolean column per entity label (labels are few).
         self.relation = Column(np.int32, -1)
         # Facts: the codes of their two ends (the store's entity codes), for the neighbourhood of a hot entity.
@@ -289,37 +286,13 @@ class Table:
 
     def believed_ends(self, tx: int, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.int64]:
         """Each fact's end as known at ``tx`` (MAX: open), over all slots or ``rows``. A supersession learnt after
-        ``tx`` is not yet known then: the fact ends where it ended before (``prior_invalid_at``;
-        :func:`tkg.timeline.believed_invalid_at`). expired_at None is stored as MAX."""
+        ``tx`` is not yet known then: the fact ends where it ended before (``prior_invalid_at``, or what
+        :attr:`histories` holds: :func:`tkg.timeline.believed_invalid_at`). expired_at None is stored as MAX."""
         expired = self.expired.at(rows)
         ends = np.where((expired > tx) & (expired != MAX), self.prior.at(rows), self.invalid.at(rows))
-        if self.revised:
-            slots = np.fromiter(self.revised, dtype=np.int64, count=len(self.revised))
-            if rows is None:
-                slots = slots[slots < len(ends)]
-                positions = slots
-            else:
-                positions = np.flatnonzero(np.isin(rows, slots))
-                slots = rows[positions]
-            for position, slot in zip(positions.tolist(), slots.tolist(), strict=True):
-                if expired[position] > tx:  # its own state is not known yet: the earlier supersession known then
-                    for learnt, end in self.revised[slot]:
-                        if learnt <= tx:
-                            ends[position] = end
+        if self.histories:
+            self.histories.adjust(ends, (expired, self.invalid.at(rows), self.prior.at(rows)), tx, rows)
         return ends
-
-    def set_revisions(self, slot: int, fact: Fact) -> None:
-        """Keep the earlier supersessions of the fact now at ``slot`` (:data:`revised`)."""
-        earlier = revisions_of(fact)
-        if earlier:
-            self.revised[slot] = tuple((to_micros(r.expired_at), to_micros(r.invalid_at)) for r in earlier)
-        else:
-            self.revised.pop(slot, None)
-
-    def revision_times(self) -> npt.NDArray[np.int64]:
-        """When each earlier supersession was learnt, and the end it gave (a "now" mask changes as "now" crosses
-        either)."""
-        return np.fromiter((t for earlier in self.revised.values() for pair in earlier for t in pair), dtype=np.int64)
 
     def holding(self, at: int, ends: npt.NDArray[np.int64], rows: npt.NDArray[np.int64] | None = None) -> Mask:
         """Where a fact held in the world at ``at``, given its believed ``ends`` (over all slots, or ``rows``)."""
@@ -332,8 +305,8 @@ class Table:
         columns = [self.created.at(rows)]
         if self.kind is Kind.FACT and event_time:
             columns += [c.at(rows) for c in (self.valid, self.invalid, self.expired, self.prior)]
-            if self.revised:
-                columns.append(self.revision_times())
+            if self.histories:
+                columns.append(self.histories.times())
         lo, hi = MIN, MAX
         for values in columns:
             below, above = around(values, now)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tkg.models import Kind
-from tkg.revisions import REVISIONS
+from tkg.revisions import ENDED_BY_HAND, REVISIONS
 from tkg.timeline import DATE_FIELDS, Filters, Scope
 
 from .schema import TABLES
@@ -25,6 +25,27 @@ _EARLIER_END = (
     + REVISIONS
     + "') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= %(s_known)s "
     "ORDER BY r.n DESC LIMIT 1"
+)
+_LATER_BY_HAND = (
+    "FROM json_array_elements(attributes->'"
+    + ENDED_BY_HAND
+    + "') WITH ORDINALITY AS h(value, n) WHERE (h.value->>'recorded_at')::timestamptz > %(s_known)s"
+)
+
+
+def _own_end_at(own: str) -> str:
+    """A fact's own end as it was at ``s_known`` (:func:`tkg.revisions.own_end_at`): before an end given by hand
+    was recorded, the end it replaced; ``own`` (the column holding its own end now) otherwise."""
+    return (
+        f"CASE WHEN EXISTS (SELECT 1 {_LATER_BY_HAND}) THEN (SELECT (h.value->>'previous_end')::timestamptz "
+        f"{_LATER_BY_HAND} ORDER BY h.n LIMIT 1) ELSE {own} END"
+    )
+
+
+#: A fact's end as believed at ``s_known``: :func:`tkg.revisions.believed_end`.
+_BELIEVED_END = (
+    f"CASE WHEN expired_at IS NULL THEN {_own_end_at('invalid_at')} WHEN expired_at > %(s_known)s "
+    f"THEN COALESCE(({_EARLIER_END}), {_own_end_at('prior_invalid_at')}) ELSE invalid_at END"
 )
 
 
@@ -42,11 +63,9 @@ def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
         params["s_at"] = scope.as_of
         # A supersession learnt after known_at (expired_at > known_at) is not yet known: the fact ends where it
         # ended before it -- the latest earlier supersession learnt by then (tkg.revisions, in the attributes),
-        # else prior_invalid_at (its own end, or open). tkg.timeline.believed_invalid_at is the rule.
-        parts.append(
-            "(valid_at IS NULL OR valid_at <= %(s_at)s) AND COALESCE(%(s_at)s < CASE WHEN expired_at > %(s_known)s "
-            f"THEN COALESCE(({_EARLIER_END}), prior_invalid_at) ELSE invalid_at END, TRUE)"
-        )
+        # else its own end as it was then (an end given by hand later not given yet). tkg.revisions.believed_end
+        # is the rule.
+        parts.append(f"(valid_at IS NULL OR valid_at <= %(s_at)s) AND COALESCE(%(s_at)s < {_BELIEVED_END}, TRUE)")
     elif kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
         params["s_at"] = scope.as_of
         parts.append("reference_time <= %(s_at)s")
