@@ -40,10 +40,13 @@ def fact_times(draw: st.DrawFn) -> dict[str, datetime | None]:
     prior = None if expired is None else draw(st.none() | st.integers(low, 32))
     # A fact superseded again (tkg.revisions): earlier supersessions, each learnt before the next, the last one
     # replaced when the record's own was learnt.
+    # A fact holding again (an end given by hand before the fact that superseded it started) keeps the
+    # supersessions it had, each believed until it was replaced.
     revisions: list[dict[str, str]] = []
-    if expired is not None and invalid is not None and expired > created:
-        learnt = sorted(draw(st.sets(st.integers(created, expired - 1), max_size=2)))
-        untils = [*learnt[1:], expired] if learnt else []
+    if (expired is not None and invalid is not None and expired > created) or (expired is None and created < 30):
+        last = expired if expired is not None else 30
+        learnt = sorted(draw(st.sets(st.integers(created, last - 1), max_size=2)))
+        untils = [*learnt[1:], expired if expired is not None else draw(st.integers(last, 32))] if learnt else []
         for at, until in zip(learnt, untils, strict=True):
             end = day(draw(st.integers(low, 32)))
             revisions.append(
@@ -85,12 +88,12 @@ def _believed_end(f: Fact, tx: datetime) -> datetime | None:
             return now
         return None if later[0]["previous_end"] is None else datetime.fromisoformat(later[0]["previous_end"])
 
-    if f.expired_at is None:
-        return own(f.invalid_at)
-    if f.expired_at <= tx:
+    if f.expired_at is not None and f.expired_at <= tx:
         return f.invalid_at
-    earlier = [r for r in f.attributes.get("tkg.revisions", []) if datetime.fromisoformat(r["expired_at"]) <= tx]
-    return datetime.fromisoformat(earlier[-1]["invalid_at"]) if earlier else own(f.prior_invalid_at)
+    for r in f.attributes.get("tkg.revisions", []):  # the supersession believed at tx, if any
+        if datetime.fromisoformat(r["expired_at"]) <= tx < datetime.fromisoformat(r["until"]):
+            return datetime.fromisoformat(r["invalid_at"])
+    return own(f.invalid_at if f.expired_at is None else f.prior_invalid_at)
 
 
 def _open_at(end: datetime | None, at: datetime) -> bool:

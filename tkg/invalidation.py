@@ -284,39 +284,36 @@ def _settled(
     """``fact`` as the sweep leaves it: holding to its ``own`` end, or ``superseded`` (the end it is given, never
     before its start, and the fact that ends it) with its transaction time: a supersession the store already
     records keeps its ``expired_at``; one it recorded before and replaced since (its replacement removed) comes back
-    with its ``expired_at`` and the revisions before it; a new one is learnt ``now``, and the supersession it
-    replaces becomes a revision (:mod:`tkg.revisions`). Revisions by facts no longer ``present`` are dropped, and a
-    fact holding again has none. ``fact`` itself when nothing changes."""
-    earlier = tuple(r for r in revisions_of(fact) if r.invalidated_by in present)
+    with its ``expired_at`` and the revisions before it; a new one is learnt ``now``. A supersession replaced while
+    its cause stays (superseded again, or holding again after an end given by hand) becomes a revision
+    (:mod:`tkg.revisions`); revisions by facts no longer ``present`` are dropped (as if never added). ``fact``
+    itself when nothing changes."""
+    stored = revisions_of(fact)
+    earlier = tuple(r for r in stored if r.invalidated_by in present)
+    current: Revision | None = None  # the record's supersession, while its cause is present
+    if fact.expired_at is not None and fact.invalid_at is not None and fact.invalidated_by in present:
+        assert fact.invalidated_by is not None
+        current = Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, max(now, fact.expired_at))
+    state: tuple[datetime | None, str | None, datetime | None, datetime | None]
     if superseded is None:
-        if fact.invalidated_by is None and fact.expired_at is None and not earlier:
-            return fact  # holding as stated
-        state: tuple[datetime | None, str | None, datetime | None, datetime | None] = (own, None, None, None)
-        earlier = ()
+        state = (own, None, None, None)
     else:
         end, by = superseded
         if fact.valid_at is not None and end < fact.valid_at:
             end = fact.valid_at
         back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
         if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
-            learnt = fact.expired_at  # known already
+            learnt, current = fact.expired_at, None  # known already
         elif back is not None:
-            learnt, earlier = earlier[back].expired_at, earlier[:back]
-        elif (
-            fact.expired_at is not None
-            and fact.invalid_at is not None
-            and fact.invalidated_by is not None
-            and fact.invalidated_by in present
-        ):
-            learnt = max(now, fact.expired_at)  # superseded again: what was believed until now is a revision
-            if learnt > fact.expired_at:  # (one believed for no time at all is not)
-                earlier = (*earlier, Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, learnt))
+            learnt, earlier, current = earlier[back].expired_at, earlier[:back], None
         else:
-            learnt = max(now, fact.created_at)
+            learnt = max(now, fact.created_at, fact.expired_at or now)
         state = (end, by, own, learnt)
-    current = (fact.invalid_at, fact.invalidated_by, fact.prior_invalid_at, fact.expired_at)
-    if state == current and earlier == revisions_of(fact):
+    changed = state != (fact.invalid_at, fact.invalidated_by, fact.prior_invalid_at, fact.expired_at)
+    if not changed and earlier == stored:
         return fact
+    if changed and current is not None and current.until > current.expired_at:  # (believed for no time: not kept)
+        earlier = (*earlier, current)
     invalid_at, invalidated_by, prior_invalid_at, expired_at = state
     return evolve(
         fact,

@@ -3,19 +3,21 @@
 A fact record holds its end as the memory believes it now (``invalid_at``, ``invalidated_by``, ``expired_at``: when
 the memory learnt it) and its own end (``prior_invalid_at`` while it is superseded). That answers a view of any
 past transaction time as long as a fact is superseded once. A fact superseded again *differently* -- a late fact
-about the past ends it earlier than the fact that first ended it -- had another believed end in between; each such
-earlier state is kept in ``fact.attributes["tkg.revisions"]``, oldest first: the end it was given, the fact that
-gave it, when the memory learnt it (``expired_at``) and when it stopped believing it (``until``), as ISO-8601
-strings. So the states of a fact on the transaction timeline are: its own end from ``created_at``, then each
-revision from its ``expired_at``, then the record's own state from its ``expired_at``.
+about the past ends it earlier than the fact that first ended it -- or holding again while what superseded it stays
+(an end given by hand before that fact started) had another believed end in between; each such earlier state is
+kept in ``fact.attributes["tkg.revisions"]``, oldest first: the end it was given, the fact that gave it, when the
+memory learnt it (``expired_at``) and when it stopped believing it (``until``), as ISO-8601 strings. So at a
+transaction time the memory believed the revision whose ``[expired_at, until)`` holds it, else the record's own
+supersession once learnt, else the fact's own end (:func:`state_at`, :func:`believed_end`).
 
 An end given by hand (:meth:`tkg.Memory.invalidate_fact`) changes the fact's own end; each is recorded in
 ``fact.attributes["tkg.ended_by_hand"]`` with when it was recorded and the own end it replaced, so a view known
 before it sees the end it replaced (:func:`own_end_at`).
 
-The rules that write revisions are in :func:`tkg.invalidation.history` (a re-supersession adds one; a supersession
-undone by a removal goes back to the state it replaces, dropping the revisions after it; a revision whose fact was
-removed is dropped, as if that fact had never been added); :func:`believed_end` and :func:`as_known` read them.
+The rules that write revisions are in :func:`tkg.invalidation.history` (a supersession replaced while its cause
+stays becomes one; a supersession undone by a removal goes back to the state it replaces, dropping the revisions
+after it; a revision whose fact was removed is dropped, as if that fact had never been added);
+:func:`believed_end` and :func:`as_known` read them.
 """
 
 from __future__ import annotations
@@ -78,12 +80,15 @@ def with_revisions(attributes: Mapping[str, Any], revisions: Sequence[Revision])
     return out
 
 
-def learnt_by(fact: Fact, known_at: datetime) -> tuple[Revision, ...]:
-    """The earlier supersessions the memory had learnt by ``known_at`` while it did not yet believe the record's
-    state (``expired_at`` unset or reached: none are needed); the last of them is what it believed then."""
-    if fact.expired_at is None or fact.expired_at <= known_at:
-        return ()
-    return tuple(r for r in revisions_of(fact) if r.expired_at <= known_at)
+def state_at(fact: Fact, known_at: datetime) -> Revision | None:
+    """The earlier supersession the memory believed at ``known_at`` (the one learnt by then and not yet replaced),
+    or None: then it believed the record's own supersession (learnt by then) or the fact's own end."""
+    if fact.expired_at is not None and fact.expired_at <= known_at:
+        return None
+    for revision in reversed(revisions_of(fact)):
+        if revision.expired_at <= known_at:
+            return revision if known_at < revision.until else None
+    return None
 
 
 def hand_ends(fact: Fact) -> tuple[tuple[datetime, datetime | None], ...]:
@@ -109,14 +114,14 @@ def own_end_at(fact: Fact, known_at: datetime, own: datetime | None) -> datetime
 
 def believed_end(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's end as the memory believed it at ``known_at``: the record's end once its supersession was learnt
-    (``expired_at <= known_at``), else the earlier supersession believed then, else its own end as it was then
-    (:func:`own_end_at`: an end given by hand later is not known yet)."""
-    if fact.expired_at is None:
-        return own_end_at(fact, known_at, fact.invalid_at)
-    if fact.expired_at <= known_at:
+    (``expired_at <= known_at``), else the earlier supersession believed then (:func:`state_at`), else its own end
+    as it was then (:func:`own_end_at`: an end given by hand later is not given yet)."""
+    if fact.expired_at is not None and fact.expired_at <= known_at:
         return fact.invalid_at
-    learnt = learnt_by(fact, known_at)
-    return learnt[-1].invalid_at if learnt else own_end_at(fact, known_at, fact.prior_invalid_at)
+    revision = state_at(fact, known_at)
+    if revision is not None:
+        return revision.invalid_at
+    return own_end_at(fact, known_at, fact.invalid_at if fact.expired_at is None else fact.prior_invalid_at)
 
 
 def as_known(fact: Fact, known_at: datetime) -> Fact:
@@ -125,29 +130,28 @@ def as_known(fact: Fact, known_at: datetime) -> Fact:
     only the changes recorded by then. ``fact`` itself when nothing was changed after ``known_at``."""
     hand = fact.attributes.get(ENDED_BY_HAND) or ()
     later_by_hand = any(datetime.fromisoformat(e["recorded_at"]) > known_at for e in hand)
-    settled = fact.expired_at is None or fact.expired_at <= known_at
-    if settled and not later_by_hand:
-        return fact
+    settled = fact.expired_at is not None and fact.expired_at <= known_at
+    earlier = revisions_of(fact)
+    if not later_by_hand and (settled or fact.expired_at is None) and all(r.until <= known_at for r in earlier):
+        return fact  # nothing changed after known_at
+    revision = state_at(fact, known_at)
     attributes = {k: v for k, v in fact.attributes.items() if k != ENDED_BY_HAND}
     then = [e for e in hand if datetime.fromisoformat(e["recorded_at"]) <= known_at]
     if then:
         attributes[ENDED_BY_HAND] = then
-    if fact.expired_at is None:
-        return evolve(fact, invalid_at=own_end_at(fact, known_at, fact.invalid_at), attributes=attributes)
-    own = own_end_at(fact, known_at, fact.prior_invalid_at)
+    own = own_end_at(fact, known_at, fact.invalid_at if fact.expired_at is None else fact.prior_invalid_at)
     if settled:
         return evolve(fact, prior_invalid_at=own, attributes=attributes)
-    learnt = learnt_by(fact, known_at)
-    if not learnt:
+    if revision is not None:
         return evolve(
-            fact, invalid_at=own, expired_at=None, invalidated_by=None, prior_invalid_at=None,
-            attributes=with_revisions(attributes, ()),
-        )  # fmt: skip
+            fact,
+            invalid_at=revision.invalid_at,
+            invalidated_by=revision.invalidated_by,
+            expired_at=revision.expired_at,
+            prior_invalid_at=own,
+            attributes=with_revisions(attributes, earlier[: earlier.index(revision)]),
+        )
     return evolve(
-        fact,
-        invalid_at=learnt[-1].invalid_at,
-        invalidated_by=learnt[-1].invalidated_by,
-        expired_at=learnt[-1].expired_at,
-        prior_invalid_at=own,
-        attributes=with_revisions(attributes, learnt[:-1]),
-    )
+        fact, invalid_at=own, expired_at=None, invalidated_by=None, prior_invalid_at=None,
+        attributes=with_revisions(attributes, [r for r in earlier if r.until <= known_at]),
+    )  # fmt: skip

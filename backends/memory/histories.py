@@ -19,6 +19,7 @@ from tkg.timeutil import to_micros
 from .arrays import MAX, MIN
 
 Pairs = tuple[tuple[int, int], ...]
+Triples = tuple[tuple[int, int, int], ...]
 
 
 def _micros(value: object) -> int:
@@ -26,18 +27,23 @@ def _micros(value: object) -> int:
 
 
 class FactHistories:
-    """Slot -> (earlier supersessions as (learnt, end), ends by hand as (recorded, own end before)), oldest first."""
+    """Slot -> (earlier supersessions as (learnt, believed until, end), ends by hand as (recorded, own end before)),
+    oldest first."""
 
     def __init__(self) -> None:
-        self._by_slot: dict[int, tuple[Pairs, Pairs]] = {}
-        self._arrays: tuple[npt.NDArray[np.int64], ...] | None = None  # slots, first learnt, last recorded
+        self._by_slot: dict[int, tuple[Triples, Pairs]] = {}
+        # sorted slots, and for each: when its first supersession here was learnt, when its last was replaced, when
+        # its last end by hand was recorded
+        self._arrays: tuple[npt.NDArray[np.int64], ...] | None = None
 
     def __bool__(self) -> bool:
         return bool(self._by_slot)
 
     def set(self, slot: int, fact: Fact) -> None:
         """List the fact now at ``slot`` if its end changed on the transaction timeline, else forget the slot."""
-        revisions = tuple((to_micros(r.expired_at), to_micros(r.invalid_at)) for r in revisions_of(fact))
+        revisions = tuple(
+            (to_micros(r.expired_at), to_micros(r.until), to_micros(r.invalid_at)) for r in revisions_of(fact)
+        )
         hand = tuple((to_micros(at), _micros(before)) for at, before in hand_ends(fact))
         if revisions or hand:
             self._by_slot[slot] = (revisions, hand)
@@ -64,20 +70,23 @@ class FactHistories:
     ) -> None:
         """Correct ``ends`` (the facts' ends as known at ``tx`` by the columns, over all slots or ``rows``) where a
         listed fact's history decides; ``columns``: expired, invalid and prior over the same slots."""
-        slots, first_learnt, last_recorded = self._prefilter()
+        slots, first_learnt, last_until, last_recorded = self._prefilter()
         if rows is None:
             inside = slots < len(ends)
-            slots, first_learnt, last_recorded, positions = (
-                slots[inside], first_learnt[inside], last_recorded[inside], slots[inside]
-            )  # fmt: skip
+            positions = slots[inside]
+            slots, first_learnt, last_until, last_recorded = (
+                a[inside] for a in (slots, first_learnt, last_until, last_recorded)
+            )
         else:
             positions = np.flatnonzero(np.isin(rows, slots))
             order = np.searchsorted(slots, rows[positions])
-            slots, first_learnt, last_recorded = slots[order], first_learnt[order], last_recorded[order]
+            slots, first_learnt, last_until, last_recorded = (
+                a[order] for a in (slots, first_learnt, last_until, last_recorded)
+            )
         expired, invalid, prior = (c[positions] for c in columns)
-        # Only where an end by hand came after tx, or an earlier supersession was learnt by tx while the record's
-        # own was not: elsewhere the columns are right.
-        wanted = (last_recorded > tx) | ((expired > tx) & (expired != MAX) & (first_learnt <= tx))
+        # Only where an end by hand came after tx, or a supersession listed here was believed at tx: elsewhere the
+        # columns are right.
+        wanted = (last_recorded > tx) | ((first_learnt <= tx) & (tx < last_until))
         for i in np.flatnonzero(wanted).tolist():
             revisions, hand = self._by_slot[int(slots[i])]
             ends[positions[i]] = _believed(int(expired[i]), int(invalid[i]), int(prior[i]), revisions, hand, tx)
@@ -87,23 +96,23 @@ class FactHistories:
             slots = np.array(sorted(self._by_slot), dtype=np.int64)
             parts = [self._by_slot[s] for s in slots.tolist()]
             first = np.array([r[0][0] if r else MAX for r, _ in parts], dtype=np.int64)
+            until = np.array([max(u for _, u, _ in r) if r else MIN for r, _ in parts], dtype=np.int64)
             last = np.array([max(at for at, _ in h) if h else MIN for _, h in parts], dtype=np.int64)
-            self._arrays = (slots, first, last)
+            self._arrays = (slots, first, until, last)
         return self._arrays
 
 
-def _believed(expired: int, invalid: int, prior: int, revisions: Pairs, hand: Pairs, tx: int) -> int:
+def _believed(expired: int, invalid: int, prior: int, revisions: Triples, hand: Pairs, tx: int) -> int:
     """:func:`tkg.revisions.believed_end` in microseconds (MAX: open)."""
-
-    def own(now: int) -> int:
-        for recorded, before in hand:
-            if recorded > tx:
-                return before
-        return now
-
-    if expired == MAX:
-        return own(invalid)
-    if expired <= tx:
+    if expired != MAX and expired <= tx:
         return invalid
-    learnt = [end for at, end in revisions if at <= tx]
-    return learnt[-1] if learnt else own(prior)
+    for learnt, until, end in reversed(revisions):
+        if learnt <= tx:
+            if tx < until:
+                return end
+            break
+    own = invalid if expired == MAX else prior
+    for recorded, before in hand:
+        if recorded > tx:
+            return before
+    return own

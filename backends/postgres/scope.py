@@ -18,13 +18,13 @@ from .schema import TABLES
 _NULLABLE = {"valid_at", "invalid_at", "expired_at"}
 
 
-#: A fact's end as believed at ``s_known`` from its earlier supersessions (:mod:`tkg.revisions`): the last one
-#: learnt by then, none when there is none.
+#: A fact's end as believed at ``s_known`` from its earlier supersessions (:mod:`tkg.revisions`): the end of the one
+#: believed then (the last learnt by then, if not replaced by then), NULL when there is none.
 _EARLIER_END = (
-    "SELECT (r.value->>'invalid_at')::timestamptz FROM json_array_elements(attributes->'"
-    + REVISIONS
-    + "') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= %(s_known)s "
-    "ORDER BY r.n DESC LIMIT 1"
+    f"CASE WHEN position('{REVISIONS}' in attributes::text) = 0 THEN NULL ELSE (SELECT CASE WHEN %(s_known)s < "
+    "(r.value->>'until')::timestamptz THEN (r.value->>'invalid_at')::timestamptz END FROM json_array_elements("
+    f"attributes->'{REVISIONS}') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= "
+    "%(s_known)s ORDER BY r.n DESC LIMIT 1) END"
 )
 _LATER_BY_HAND = (
     "FROM json_array_elements(attributes->'"
@@ -47,8 +47,8 @@ def _own_end_at(own: str) -> str:
 
 #: A fact's end as believed at ``s_known``: :func:`tkg.revisions.believed_end`.
 _BELIEVED_END = (
-    f"CASE WHEN expired_at IS NULL THEN {_own_end_at('invalid_at')} WHEN expired_at > %(s_known)s "
-    f"THEN COALESCE(({_EARLIER_END}), {_own_end_at('prior_invalid_at')}) ELSE invalid_at END"
+    f"CASE WHEN expired_at <= %(s_known)s THEN invalid_at ELSE COALESCE(({_EARLIER_END}), "
+    f"{_own_end_at('CASE WHEN expired_at IS NULL THEN invalid_at ELSE prior_invalid_at END')}) END"
 )
 
 
