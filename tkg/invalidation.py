@@ -296,16 +296,19 @@ def _settled(
         current = Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, max(now, fact.expired_at))
     state: tuple[datetime | None, str | None, datetime | None, datetime | None]
     if superseded is None:
+        if fact.invalidated_by is None and fact.expired_at is None and earlier == stored:
+            return fact  # holding as stored
         state = (own, None, None, None)
     else:
         end, by = superseded
         if fact.valid_at is not None and end < fact.valid_at:
             end = fact.valid_at
+        # an earlier supersession comes back as recorded only when what replaced it was removed
         back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
         if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
             learnt, current = fact.expired_at, None  # known already
-        elif back is not None:
-            learnt, earlier, current = earlier[back].expired_at, earlier[:back], None
+        elif back is not None and fact.expired_at is not None and current is None:
+            learnt, earlier = earlier[back].expired_at, earlier[:back]
         else:
             learnt = max(now, fact.created_at, fact.expired_at or now)
         state = (end, by, own, learnt)
