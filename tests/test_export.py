@@ -89,6 +89,21 @@ def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match=r"broken.jsonl:6"):
         fresh.import_jsonl(broken)
     assert fresh.groups() == []
+    # a fact whose history attributes were edited into something tkg never writes
+    facts_at = [i for i, line in enumerate(lines) if '"kind": "fact"' in line]
+    assert facts_at
+    for bad in (
+        '"tkg.revisions": 3',
+        '"tkg.ended_by_hand": [{"at": "x"}]',
+        '"tkg.revisions": [{"invalid_at": "2024"}]',
+    ):
+        edited = tmp_path / "edited.jsonl"
+        line = lines[facts_at[0]].replace('"attributes": {}', '"attributes": {' + bad + "}", 1)
+        assert line != lines[facts_at[0]]
+        edited.write_text("\n".join([*lines[: facts_at[0]], line, *lines[facts_at[0] + 1 :]]) + "\n")
+        with pytest.raises(ValidationError, match=r"history attribute|malformed"):
+            fresh.import_jsonl(edited)
+        assert fresh.groups() == []
     twice = tmp_path / "twice.jsonl"
     twice.write_text("\n".join([*lines, lines[-1]]) + "\n")  # a record listed twice
     with pytest.raises(ValidationError, match="twice"):

@@ -16,6 +16,7 @@ from tkg.embedders.base import Embedder
 from tkg.errors import ConfigurationError, ValidationError
 from tkg.locks import MemoryLocks
 from tkg.models import Entity, Fact, Kind, check_group_id
+from tkg.revisions import check_history
 from tkg.storage import Store, WriteBatch
 
 log = logging.getLogger("tkg.memory")
@@ -102,6 +103,8 @@ class MemoryGroups:
                     f"{source} holds the {record.kind.value} {record.id!r} twice: an export lists each record once"
                 )
             seen.add((record.kind, record.id))
+            if isinstance(record, Fact):
+                check_history(record)
         groups = sorted({r.group_id for r in records})
         with self._locks.write():
             taken = sorted(set(groups) & self._store.groups())

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tkg.errors import ValidationError
 from tkg.models import Fact, evolve
 
 #: The attribute that holds a fact's earlier supersessions (see the module docstring).
@@ -70,6 +71,21 @@ def _parse(entry: Mapping[str, Any]) -> Revision:
         datetime.fromisoformat(entry["expired_at"]),
         datetime.fromisoformat(entry["until"]),
     )
+
+
+def check_history(fact: Fact) -> None:
+    """Raise :class:`tkg.errors.ValidationError` if the fact's history attributes are not what tkg writes (a file
+    edited by hand, imported): every read of a past transaction time parses them."""
+    try:
+        earlier = revisions_of(fact)
+        hand = hand_ends(fact)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValidationError(
+            f"fact {fact.id!r}: malformed {REVISIONS!r} or {ENDED_BY_HAND!r} attribute ({exc})"
+        ) from None
+    for when in (*(t for r in earlier for t in (r.invalid_at, r.expired_at, r.until)), *(at for at, _ in hand)):
+        if when.tzinfo is None:
+            raise ValidationError(f"fact {fact.id!r}: a time in its history attributes has no UTC offset")
 
 
 def with_revisions(attributes: Mapping[str, Any], revisions: Sequence[Revision]) -> dict[str, Any]:
