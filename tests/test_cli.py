@@ -155,8 +155,14 @@ def test_parse_splits_long_fact_runs_under_the_episode_limit() -> None:
         ('{"content": "   "}', "non-empty string"),
         ('{"content": "hi", "source": "email"}', '"source" must be one of'),
         ('{"hello": "world"}', "cannot tell what this line is"),
-        ('{"content": ' + "[" * 3000 + "]" * 3000 + ', "source": "json"}', "nests deeper than 100 levels"),
-        ('{"content": "' + "[" * 3000 + "]" * 3000 + '", "source": "json"}', "nests deeper than 100 levels"),
+        (
+            '{"content": ' + "[" * 3000 + "]" * 3000 + ', "source": "json"}',
+            "nests lists or maps deeper than 100 levels",
+        ),
+        (
+            '{"content": "' + "[" * 3000 + "]" * 3000 + '", "source": "json"}',
+            "nests lists or maps deeper than 100 levels",
+        ),
     ],
 )
 def test_a_bad_line_leaves_the_snapshot_untouched(

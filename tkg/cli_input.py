@@ -21,7 +21,7 @@ from typing import Any
 from tkg.config import MemoryConfig
 from tkg.errors import TkgError, ValidationError
 from tkg.inputs import FactInput
-from tkg.models import MAX_NESTING, EpisodeSource, check_id, check_nesting
+from tkg.models import EpisodeSource, check_id, loads_checked
 from tkg.timeutil import iso, to_utc
 
 __all__ = [
@@ -187,12 +187,9 @@ def parse_input(name: str, text: str, kind: str = "auto") -> list[Item]:
 
 def _json_object(raw: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
+        value = loads_checked(raw, "the line")
     except json.JSONDecodeError as exc:
         raise ValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise ValidationError(f"the line nests deeper than {MAX_NESTING} levels") from None
-    check_nesting(value, "the line")
     if not isinstance(value, dict):
         raise ValidationError(f"expected a JSON object, got {_json_type(value)}")
     return value
@@ -281,11 +278,9 @@ def _message_content(value: Any, source: str) -> Any:
             raise ValidationError('"content" is empty')
         if isinstance(value, str):
             try:
-                check_nesting(json.loads(value), '"content"')
+                loads_checked(value, '"content"')
             except json.JSONDecodeError as exc:
                 raise ValidationError(f'source is "json" but "content" is not valid JSON: {exc.msg}') from None
-            except RecursionError:
-                raise ValidationError(f'"content" nests deeper than {MAX_NESTING} levels') from None
         return value
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f'"content" must be a non-empty string, got {json.dumps(value)}')

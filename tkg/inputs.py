@@ -17,7 +17,6 @@ from tkg.config import MemoryConfig
 from tkg.drafts import Draft, add_fact
 from tkg.errors import EpisodeError, TimestampError, ValidationError
 from tkg.models import (
-    MAX_NESTING,
     Episode,
     EpisodeSource,
     check_group_id,
@@ -25,6 +24,7 @@ from tkg.models import (
     check_nesting,
     check_storable,
     check_text,
+    loads_checked,
     new_id,
 )
 from tkg.temporal import resolve_time
@@ -169,12 +169,11 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
     check_text(content, "episode content")
     if kind is EpisodeSource.JSON:
         try:
-            parsed = json.loads(content, parse_constant=_not_json)
-        except RecursionError:
-            raise EpisodeError(f"JSON episode content nests deeper than {MAX_NESTING} levels") from None
+            loads_checked(content, "JSON episode content", parse_constant=_not_json)
+        except ValidationError as exc:  # too deep
+            raise EpisodeError(str(exc)) from None
         except ValueError as exc:
             raise EpisodeError(f"source='json' but the content is not valid JSON: {exc}") from None
-        check_nesting(parsed, "JSON episode content")
     for value, what in ((item.source_description, "source_description"), (item.name, "name")):
         if not isinstance(value, str):
             raise ValidationError(f"{what} must be a string, got {type(value).__name__}")

@@ -16,6 +16,7 @@ Records are frozen; change one with :func:`dataclasses.replace` and put it back 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -149,6 +150,20 @@ def check_nesting(value: Any, what: str = "value") -> None:
             continue
         _check_depth(depth, what)
         stack.extend((child, depth + 1) for child in children)
+
+
+def loads_checked(text: str, what: str, **options: Any) -> Any:
+    """``json.loads(text, **options)`` that refuses a value nesting deeper than :data:`MAX_NESTING` levels with a
+    :class:`ValidationError` naming ``what`` (however deep: the parser's own recursion limit included). Malformed
+    JSON raises the parser's ``ValueError``, for the caller to word."""
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise ValidationError(
+            f"{what} nests lists or maps deeper than {MAX_NESTING} levels: tkg cannot store it"
+        ) from None
+    check_nesting(value, what)
+    return value
 
 
 def _check_depth(depth: int, what: str) -> None:
