@@ -83,8 +83,9 @@ def check_history(fact: Fact) -> None:
         raise ValidationError(
             f"fact {fact.id!r}: malformed {REVISIONS!r} or {ENDED_BY_HAND!r} attribute ({exc})"
         ) from None
-    for when in (*(t for r in earlier for t in (r.invalid_at, r.expired_at, r.until)), *(at for at, _ in hand)):
-        if when.tzinfo is None:
+    times = [*(t for r in earlier for t in (r.invalid_at, r.expired_at, r.until)), *(t for pair in hand for t in pair)]
+    for when in times:
+        if when is not None and when.tzinfo is None:
             raise ValidationError(f"fact {fact.id!r}: a time in its history attributes has no UTC offset")
 
 
