@@ -96,6 +96,8 @@ def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
         '"tkg.revisions": 3',
         '"tkg.ended_by_hand": [{"at": "x"}]',
         '"tkg.revisions": [{"invalid_at": "2024"}]',
+        '"tkg.ended_by_hand": [{"at": "2020-01-01", "recorded_at": "2024-01-01T00:00:00+00:00", '
+        '"previous_end": "2021-01-01T00:00:00"}]',  # a time without its offset
     ):
         edited = tmp_path / "edited.jsonl"
         line = lines[facts_at[0]].replace('"attributes": {}', '"attributes": {' + bad + "}", 1)
