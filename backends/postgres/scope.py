@@ -26,10 +26,10 @@ _EARLIER_END = (
     f"attributes->'{REVISIONS}') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= "
     "%(s_known)s ORDER BY r.n DESC LIMIT 1) END"
 )
+#: The ends given by hand recorded after ``s_known``, oldest first (a FROM clause).
 _LATER_BY_HAND = (
-    "FROM json_array_elements(attributes->'"
-    + ENDED_BY_HAND
-    + "') WITH ORDINALITY AS h(value, n) WHERE (h.value->>'recorded_at')::timestamptz > %(s_known)s"
+    f"FROM json_array_elements(attributes->'{ENDED_BY_HAND}') WITH ORDINALITY AS h(value, n) "
+    "WHERE (h.value->>'recorded_at')::timestamptz > %(s_known)s"
 )
 
 
@@ -65,9 +65,8 @@ def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
     if kind is Kind.FACT and scope.as_of is not None:
         params["s_at"] = scope.as_of
         # A supersession learnt after known_at (expired_at > known_at) is not yet known: the fact ends where it
-        # ended before it -- the latest earlier supersession learnt by then (tkg.revisions, in the attributes),
-        # else its own end as it was then (an end given by hand later not given yet). tkg.revisions.believed_end
-        # is the rule.
+        # ended then -- the earlier supersession believed then (tkg.revisions, in the attributes), else its own
+        # end as it was then (an end given by hand later not given yet). tkg.revisions.believed_end is the rule.
         parts.append(f"(valid_at IS NULL OR valid_at <= %(s_at)s) AND COALESCE(%(s_at)s < {_BELIEVED_END}, TRUE)")
     elif kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
         params["s_at"] = scope.as_of
