@@ -553,3 +553,29 @@ def test_a_failed_import_into_a_new_snapshot_leaves_no_file(tmp_path: Path, caps
     code, _, err = run(capsys, "import", str(tmp_path / "bad.jsonl"), "--snapshot", str(new), "--embedder", "hash")
     assert code == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+def test_read_only_commands_open_a_memory_whose_journal_has_no_snapshot_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server stopped before its first snapshot leaves a journal alone: stats and the pictures read it (the
+    vectors' size from the journal's records), and change no file."""
+    store = tmp_path / "m.tkg"
+    script = (
+        "import os, sys\nfrom tkg import HashEmbedder, Memory\n"
+        "m = Memory.open(sys.argv[1], embedder=HashEmbedder(dim=48))\n"
+        "m.add_facts([{'subject': 'Ann', 'relation': 'LIVES_IN', 'object': 'Rome'}], group_id='g')\n"
+        "os._exit(0)  # no close, no snapshot\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(store)], check=True, timeout=120)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert not store.exists() and len(files) == 1
+    code, out, err = run(capsys, "stats", "--store", str(store))
+    assert code == 0, err
+    assert "none yet" in out and "48-d vectors" in out and re.search(r"facts\s+1\b", out)
+    for command, out_name in (("graph", "g.html"), ("timeline", "t.svg")):
+        code, out, err = run(capsys, command, "--store", str(store), "Ann", "--out", str(tmp_path / out_name))
+        assert code == 0, err
+        assert "Ann" in (tmp_path / out_name).read_text(encoding="utf-8")
+        (tmp_path / out_name).unlink()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files

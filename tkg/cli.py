@@ -61,10 +61,10 @@ from tkg.locations import (
     add_store_options,
     check_output,
     check_target,
+    known_meta,
     location_of,
     opened,
     opened_read_only,
-    stored_meta,
 )
 from tkg.memory import Memory
 from tkg.models import Entity, Fact, Kind
@@ -223,7 +223,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     location = _where(args)
     now, ended = datetime.now(UTC), 0
     with opened_read_only(location) as memory:
-        meta = stored_meta(location) or {}
+        meta = known_meta(location) or {}
         counts = memory.stats()["records"]
         groups = memory.groups()
         for fact in memory.records(Kind.FACT):
@@ -231,13 +231,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
             if fact.expired_at is not None or (fact.invalid_at is not None and fact.invalid_at <= now):
                 ended += 1
     stored = str(meta.get("embedder", "?"))
-    if location.path is not None:
+    if location.path is not None and location.path.exists():
         print(
             f"snapshot     {location.path} ({location.path.stat().st_size:,} bytes, saved {meta.get('saved_at', '?')})"
         )
+    elif location.path is not None:
+        journal = sum(p.stat().st_size for p in segment_paths(location.path))
+        print(f"snapshot     {location.path}: none yet, its journal holds every write ({journal:,} bytes)")
     else:
         print(f"store        {location}")
-    print(f"embedder     {stored} ({meta.get('dim', '?')}-d; --embedder {embedder_choice(stored)})")
+    if "embedder" in meta:
+        print(f"embedder     {stored} ({meta.get('dim', '?')}-d; --embedder {embedder_choice(stored)})")
+    else:
+        print(f"embedder     not recorded until the first snapshot ({meta.get('dim', '?')}-d vectors)")
     print(f"groups       {', '.join(groups) or '-'}")
     for kind in Kind:
         detail = f"  ({counts[kind.value] - ended} current, {ended} ended)" if kind is Kind.FACT else ""

@@ -38,7 +38,7 @@ import msgpack
 
 from tkg.codec import decode_record, encode_record
 from tkg.errors import ConfigurationError, JournalError, TkgError
-from tkg.models import Kind
+from tkg.models import Kind, vector_of
 from tkg.storage import WriteBatch
 
 MAGIC = b"\x89TKGJRN\n"
@@ -154,6 +154,17 @@ def read_segments(snapshot: Path, *, repair: bool) -> ReadReport:
     if any(b <= a for a, b in itertools.pairwise(seqs)):
         raise JournalError(f"the journal of {snapshot} is out of order (sequence numbers do not increase)")
     return report
+
+
+def vector_size(snapshot: Path) -> int | None:
+    """The length of the vectors the journal of ``snapshot`` holds (a journal does not record its embedder; its
+    records' vectors tell their size), or None when it holds none. Reads without repairing."""
+    for entry in read_segments(snapshot, repair=False).entries:
+        for record in entry.batch.puts:
+            vector = vector_of(record)
+            if vector is not None:
+                return len(vector)
+    return None
 
 
 def _read_segment(f: IO[bytes], path: Path, into: list[Entry], newest: bool) -> tuple[int, int]:

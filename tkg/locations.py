@@ -22,7 +22,7 @@ from tkg.embedders.base import Embedder
 from tkg.embedders.hashing import HashEmbedder
 from tkg.environment import embedder_choice
 from tkg.errors import ConfigurationError, ValidationError
-from tkg.journal import segment_paths
+from tkg.journal import segment_paths, vector_size
 from tkg.llm.base import LLMClient
 from tkg.memory import Memory
 from tkg.persistence import unsavable
@@ -107,6 +107,15 @@ def stored_meta(location: Location) -> dict[str, Any] | None:
     if not location.path.exists():
         return None
     return snapshot.read_meta(location.path)
+
+
+def known_meta(location: Location) -> dict[str, Any] | None:
+    """:func:`stored_meta`, or for a memory whose journal has no snapshot yet (a server stopped before its first
+    one) what the journal tells: the vectors' size (``dim``; the embedder is not recorded there)."""
+    meta = stored_meta(location)
+    if meta is None and location.path is not None and segment_paths(location.path):
+        return {"dim": vector_size(location.path)}
+    return meta
 
 
 def require_memory(location: Location) -> None:
@@ -219,10 +228,8 @@ def _embedder_hint(location: Location, embedder: Embedder, exc: ConfigurationErr
 def opened_read_only(location: Location) -> Iterator[Memory]:
     """The memory at ``location`` for commands that embed nothing (pictures, stats): a hash embedder of the stored
     size stands in for whichever embedder made it, so any memory opens with no model to load."""
-    meta = stored_meta(location)
+    meta = known_meta(location)
     if meta is None:
-        if location.path is not None and segment_paths(location.path):
-            raise ValidationError(f"{location} has a journal but no snapshot yet; open it once with `tkg ingest`")
         require_memory(location)
     dim = (meta or {}).get("dim")
     if not isinstance(dim, int) or isinstance(dim, bool) or dim < 2:
