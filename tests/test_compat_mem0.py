@@ -386,6 +386,12 @@ def test_an_openai_embedder_config_is_followed() -> None:
         assert m.search("green tea", filters={"user_id": "u"})["results"][0]["memory"] == "I like green tea"
         embed_calls = [body for path, body in server.requests if path == "/v1/embeddings"]
         assert embed_calls and all(body["model"] == "nomic-embed-text" for body in embed_calls)
+        assert all("dimensions" not in body for body in embed_calls)  # a model that cannot shorten is not asked
+        # text-embedding-3 models are asked for embedding_dims, as Mem0 asks (they would give 1536 or 3072)
+        config["embedder"]["config"]["model"] = "text-embedding-3-large"
+        Memory.from_config(config).add("I like green tea", user_id="u", infer=False)
+        asked = [body for path, body in server.requests if path == "/v1/embeddings"][len(embed_calls) :]
+        assert asked and all(body["dimensions"] == 8 for body in asked)
 
 
 def test_timestamp_is_the_messages_time() -> None:

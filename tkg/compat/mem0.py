@@ -573,8 +573,9 @@ def _memory_from_config(config: Mapping[str, Any]) -> TkgMemory:
 
 def _openai_embedder(settings: Mapping[str, Any]) -> Embedder:
     """Mem0's ``{"provider": "openai", "config": {...}}`` embedder: ``model`` (default text-embedding-3-small),
-    ``embedding_dims`` (default 1536, as Mem0's), ``api_key`` (default ``OPENAI_API_KEY``) and
-    ``openai_base_url`` (default ``OPENAI_BASE_URL``) of any OpenAI-compatible ``/embeddings`` endpoint."""
+    ``embedding_dims`` (default 1536, as Mem0's; asked of text-embedding-3 models), ``api_key`` (default
+    ``OPENAI_API_KEY``) and ``openai_base_url`` (default ``OPENAI_BASE_URL``) of any OpenAI-compatible
+    ``/embeddings`` endpoint."""
     from tkg.embedders.openai import OpenAIEmbedder
 
     unknown = sorted(set(settings) - {"model", "embedding_dims", "api_key", "openai_base_url", "base_url"})
@@ -591,7 +592,9 @@ def _openai_embedder(settings: Mapping[str, Any]) -> Embedder:
         raise ConfigurationError(f"config['embedder']['config']['embedding_dims'] must be a positive int, got {dims!r}")
     base_url = settings.get("openai_base_url") or settings.get("base_url") or os.environ.get("OPENAI_BASE_URL")
     api_key = settings.get("api_key") or os.environ.get("OPENAI_API_KEY") or "sk-no-key"
-    return OpenAIEmbedder(model, dims, base_url=base_url or None, api_key=api_key)
+    # As Mem0 does, text-embedding-3 models are asked for vectors of embedding_dims (they shorten to any size).
+    ask_dim = model.startswith("text-embedding-3")
+    return OpenAIEmbedder(model, dims, base_url=base_url or None, api_key=api_key, ask_dim=ask_dim)
 
 
 def _scope(user_id: Any, agent_id: Any, run_id: Any) -> dict[str, str]:

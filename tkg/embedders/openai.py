@@ -18,7 +18,9 @@ class OpenAIEmbedder:
 
     Texts are sent in batches of ``batch_size``; vectors come back L2-normalised, as float32, in input order.
     A wrong dimension or count raises :class:`tkg.errors.EmbeddingError`; an unreachable or failing endpoint
-    raises :class:`tkg.errors.LLMError`. Nothing is read from the environment.
+    raises :class:`tkg.errors.LLMError`. Nothing is read from the environment. ``ask_dim``: the request asks for
+    vectors of ``dim`` (OpenAI's ``dimensions``, which its text-embedding-3 models can shorten to; other models and
+    many compatible servers refuse it).
 
     >>> emb = OpenAIEmbedder("text-embedding-3-small", 1536, api_key="sk-...")  # doctest: +SKIP
     >>> emb = OpenAIEmbedder("nomic-embed-text", 768, base_url="http://127.0.0.1:11434/v1")  # doctest: +SKIP
@@ -37,6 +39,7 @@ class OpenAIEmbedder:
         timeout: float = 60.0,
         http_retries: int = 2,
         client: openai.OpenAI | None = None,
+        ask_dim: bool = False,
     ) -> None:
         if not model:
             raise ValidationError("OpenAIEmbedder needs a model name")
@@ -47,6 +50,7 @@ class OpenAIEmbedder:
         self._model = model
         self._dim = dim
         self._batch_size = batch_size
+        self._ask_dim = ask_dim
         self._timeout = timeout if client is None else None
         self._client = client if client is not None else make_openai_client(base_url, api_key, timeout, http_retries)
 
@@ -74,7 +78,8 @@ class OpenAIEmbedder:
     def _embed_batch(self, batch: list[str]) -> npt.NDArray[np.float32]:
         try:
             # "float" explicitly: the openai client otherwise asks for base64, which some compatible servers reject.
-            response = self._client.embeddings.create(model=self._model, input=batch, encoding_format="float")
+            sized: dict[str, int] = {"dimensions": self._dim} if self._ask_dim else {}
+            response = self._client.embeddings.create(model=self._model, input=batch, encoding_format="float", **sized)
         except openai.OpenAIError as exc:
             raise LLMError(
                 f"embeddings endpoint {self.endpoint} (model {self._model!r}) failed: "
