@@ -78,8 +78,13 @@ class OpenAIEmbedder:
     def _embed_batch(self, batch: list[str]) -> npt.NDArray[np.float32]:
         try:
             # "float" explicitly: the openai client otherwise asks for base64, which some compatible servers reject.
-            sized: dict[str, int] = {"dimensions": self._dim} if self._ask_dim else {}
-            response = self._client.embeddings.create(model=self._model, input=batch, encoding_format="float", **sized)
+            embeddings = self._client.embeddings
+            if self._ask_dim:
+                response = embeddings.create(
+                    model=self._model, input=batch, encoding_format="float", dimensions=self._dim
+                )
+            else:
+                response = embeddings.create(model=self._model, input=batch, encoding_format="float")
         except openai.OpenAIError as exc:
             raise LLMError(
                 f"embeddings endpoint {self.endpoint} (model {self._model!r}) failed: "
