@@ -120,13 +120,22 @@ def _time_or_none(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
-def own_end_at(fact: Fact, known_at: datetime, own: datetime | None) -> datetime | None:
+def has_history(fact: Fact) -> bool:
+    """Whether the fact holds any of this history (most facts hold none)."""
+    return REVISIONS in fact.attributes or ENDED_BY_HAND in fact.attributes
+
+
+def own_end_at(fact: Fact, known_at: datetime) -> datetime | None:
     """The fact's own end as the memory had it at ``known_at``: before an end given by hand was recorded, the end
-    it replaced; ``own`` (its own end now) when none was given after ``known_at``."""
-    for recorded_at, previous in hand_ends(fact):
+    it replaced; else the own end its record holds (``prior_invalid_at`` once it is expired, else ``invalid_at``)."""
+    return _own_end_at(hand_ends(fact), known_at, fact)
+
+
+def _own_end_at(ends: Sequence[tuple[datetime, datetime | None]], known_at: datetime, fact: Fact) -> datetime | None:
+    for recorded_at, previous in ends:
         if recorded_at > known_at:
             return previous
-    return own
+    return fact.invalid_at if fact.expired_at is None else fact.prior_invalid_at
 
 
 def believed_end(fact: Fact, known_at: datetime) -> datetime | None:
@@ -138,7 +147,7 @@ def believed_end(fact: Fact, known_at: datetime) -> datetime | None:
     revision = state_at(fact, known_at)
     if revision is not None:
         return revision.invalid_at
-    return own_end_at(fact, known_at, fact.invalid_at if fact.expired_at is None else fact.prior_invalid_at)
+    return own_end_at(fact, known_at)
 
 
 def as_known(fact: Fact, known_at: datetime) -> Fact:
@@ -146,17 +155,18 @@ def as_known(fact: Fact, known_at: datetime) -> Fact:
     by what superseded it then, if anything), an end given by hand later is not given yet, and its attributes list
     only the changes recorded by then. ``fact`` itself when nothing was changed after ``known_at``."""
     hand = fact.attributes.get(ENDED_BY_HAND) or ()
-    later_by_hand = any(datetime.fromisoformat(e["recorded_at"]) > known_at for e in hand)
+    ends = hand_ends(fact)
+    later_by_hand = any(recorded_at > known_at for recorded_at, _ in ends)
     settled = fact.expired_at is not None and fact.expired_at <= known_at
     earlier = revisions_of(fact)
     if not later_by_hand and (settled or fact.expired_at is None) and all(r.until <= known_at for r in earlier):
         return fact  # nothing changed after known_at
     revision = state_at(fact, known_at)
     attributes = {k: v for k, v in fact.attributes.items() if k != ENDED_BY_HAND}
-    then = [e for e in hand if datetime.fromisoformat(e["recorded_at"]) <= known_at]
+    then = [entry for entry, (recorded_at, _) in zip(hand, ends, strict=True) if recorded_at <= known_at]
     if then:
         attributes[ENDED_BY_HAND] = then
-    own = own_end_at(fact, known_at, fact.invalid_at if fact.expired_at is None else fact.prior_invalid_at)
+    own = _own_end_at(ends, known_at, fact)
     if settled:
         return evolve(fact, prior_invalid_at=own, attributes=attributes)
     if revision is not None:

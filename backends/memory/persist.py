@@ -37,7 +37,7 @@ from tkg.errors import BackendError
 from tkg.integrity import check_write, nothing_stored
 from tkg.models import VECTOR_FIELD, Entity, Fact, Kind, Record, search_text
 from tkg.names import normalize_name
-from tkg.revisions import ENDED_BY_HAND, REVISIONS
+from tkg.revisions import has_history
 from tkg.snapshot import pack
 from tkg.storage import IndexExport, RecordSet, Sections
 from tkg.timeutil import to_micros
@@ -318,7 +318,7 @@ def _restore_table(
         table.expired.view()[slots] = micros("expired_at", MAX)
         table.prior.view()[slots] = micros("prior_invalid_at", MAX)
         for slot, fact in zip(slot_list, recs, strict=True):
-            if REVISIONS in fact.attributes or ENDED_BY_HAND in fact.attributes:  # type: ignore[union-attr]
+            if has_history(fact):  # type: ignore[arg-type]
                 table.histories.set(slot, fact)  # type: ignore[arg-type]
         table.relation.view()[slots] = _codes(list(map(_RELATION, recs)), store._relation_codes)
         ids = list(map(_ID, recs))

@@ -33,22 +33,22 @@ _LATER_BY_HAND = (
 )
 
 
-def _own_end_at(own: str) -> str:
-    """A fact's own end as it was at ``s_known`` (:func:`tkg.revisions.own_end_at`): before an end given by hand
-    was recorded, the end it replaced; ``own`` (the column holding its own end now) otherwise."""
-    # A fact never ended by hand is told by a look at its attributes' text, before they are parsed (the cost of
-    # parsing every candidate's attributes showed in search times).
-    return (
-        f"CASE WHEN position('{ENDED_BY_HAND}' in attributes::text) = 0 THEN {own} "
-        f"WHEN EXISTS (SELECT 1 {_LATER_BY_HAND}) THEN (SELECT (h.value->>'previous_end')::timestamptz "
-        f"{_LATER_BY_HAND} ORDER BY h.n LIMIT 1) ELSE {own} END"
-    )
+#: The own end the record holds now (``prior_invalid_at`` once it is expired).
+_OWN_END = "CASE WHEN expired_at IS NULL THEN invalid_at ELSE prior_invalid_at END"
+#: A fact's own end as it was at ``s_known`` (:func:`tkg.revisions.own_end_at`): before an end given by hand was
+#: recorded, the end it replaced; the own end the record holds otherwise. A fact never ended by hand is told by a
+#: look at its attributes' text, before they are parsed (the cost of parsing every candidate's attributes showed
+#: in search times).
+_OWN_END_AT = (
+    f"CASE WHEN position('{ENDED_BY_HAND}' in attributes::text) = 0 THEN {_OWN_END} "
+    f"WHEN EXISTS (SELECT 1 {_LATER_BY_HAND}) THEN (SELECT (h.value->>'previous_end')::timestamptz "
+    f"{_LATER_BY_HAND} ORDER BY h.n LIMIT 1) ELSE {_OWN_END} END"
+)
 
 
 #: A fact's end as believed at ``s_known``: :func:`tkg.revisions.believed_end`.
 _BELIEVED_END = (
-    f"CASE WHEN expired_at <= %(s_known)s THEN invalid_at ELSE COALESCE(({_EARLIER_END}), "
-    f"{_own_end_at('CASE WHEN expired_at IS NULL THEN invalid_at ELSE prior_invalid_at END')}) END"
+    f"CASE WHEN expired_at <= %(s_known)s THEN invalid_at ELSE COALESCE(({_EARLIER_END}), {_OWN_END_AT}) END"
 )
 
 
