@@ -61,10 +61,10 @@ from tkg.locations import (
     add_store_options,
     check_output,
     check_target,
-    known_meta,
     location_of,
     opened,
     opened_read_only,
+    stored_meta,
 )
 from tkg.memory import Memory
 from tkg.models import Entity, Fact, Kind
@@ -223,7 +223,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     location = _where(args)
     now, ended = datetime.now(UTC), 0
     with opened_read_only(location) as memory:
-        meta = known_meta(location) or {}
+        # a journal without a snapshot records no embedder: the stand-in embedder has its vectors' size
+        meta = stored_meta(location) or {"dim": memory.embedder.dim}
         counts = memory.stats()["records"]
         groups = memory.groups()
         for fact in memory.records(Kind.FACT):
