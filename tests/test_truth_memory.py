@@ -500,3 +500,27 @@ def test_a_fact_superseded_twice_keeps_each_end_it_had_on_the_transaction_timeli
         rome.created_at,
     )
     assert "tkg.revisions" not in back.attributes
+
+
+def test_removing_the_fact_that_let_a_superseded_fact_hold_again_leaves_no_trace_of_it() -> None:
+    """Rome since 2010 restates Rome since 2011 (which ends at once). Paris since 2010, learnt later, ends the first
+    Rome, so the second holds again for a while (a revision). Removing Paris's episode brings back the supersession
+    as it was learnt, with no revision: as if Paris had never been added, also for a view known in between (the
+    counterexample hypothesis found for the truth machine)."""
+    homes = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    memory = make(ontology=homes)
+    memory.add_facts(
+        [FactInput("Ann", "LIVES_IN", "Rome", valid_at=f"{year}-01-01T00:00:00Z") for year in (2010, 2010, 2011)],
+        group_id="g",
+    )
+    before = {f.id: f for f in memory.records(Kind.FACT)}
+    later = next(f for f in before.values() if isinstance(f, Fact) and f.invalidated_by is not None)
+    added = memory.add_facts([FactInput("Ann", "LIVES_IN", "Paris", valid_at="2010-01-01T00:00:00Z")], group_id="g")
+    held_again = facts(memory)
+    assert all(f.invalidated_by is None for f in held_again.values() if f.id == later.id)
+    assert "tkg.revisions" in next(f for f in held_again.values() if f.id == later.id).attributes
+    between = held_again["Ann lives in Paris"].created_at + timedelta(seconds=1)  # while Paris was known
+    memory.remove_episode(added.episode.id)
+    assert {f.id: f for f in memory.records(Kind.FACT)} == before
+    shown = next(f for f in memory.get_all("g", include_invalidated=True, known_at=between) if f.id == later.id)
+    assert (shown.invalidated_by, shown.expired_at) == (later.invalidated_by, later.expired_at)

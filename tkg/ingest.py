@@ -471,7 +471,8 @@ class Ingestor:
         cache: dict[str, datetime] = {}
         stated = stated_times(self.store, linked, cache, now)
         previous = {f.id: f for f in linked}
-        for fact_id, fact in invalidation.history(linked, stated, single, now).items():
+        undone = {g.created_at for g in gone.values()}
+        for fact_id, fact in invalidation.history(linked, stated, single, now, undone).items():
             before = previous[fact_id]
             if fact != before or fact_id in overrides:
                 puts[(Kind.FACT, fact_id)] = fact

@@ -224,11 +224,13 @@ def history(
     stated: Mapping[str, datetime],
     single_valued: Callable[[str], bool],
     now: datetime,
+    undone: Set[datetime] = frozenset(),
 ) -> dict[str, Fact]:
     """The valid-time history of ``facts`` by the rules above: every fact, superseded or not, as it must now be
     stored (a fact whose history does not change is returned as given, the same object). ``stated`` maps each
     fact id to the time it was stated (the reference time of its earliest episode); ``now`` is the transaction time
-    of any change. ``facts`` must hold every fact linked to another by a statement or a contradiction (a
+    of any change; ``undone`` the transaction times of the facts a removal takes away (a change learnt then is
+    undone with them). ``facts`` must hold every fact linked to another by a statement or a contradiction (a
     component); facts outside it are not consulted."""
     # The sweep reads a fact's own interval, statement and verdicts, none of which a supersession changes: it runs
     # over the facts as given and notes only who ends whom, when; each fact is rebuilt at most once, at the end.
@@ -254,7 +256,7 @@ def history(
                 kept.append(h)
         holding = [*kept, fact]
     present = {f.id for f in facts}
-    return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now, present) for f in order}
+    return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now, present, undone) for f in order}
 
 
 def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
@@ -279,13 +281,19 @@ def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:
 
 
 def _settled(
-    fact: Fact, own: datetime | None, superseded: tuple[datetime, str] | None, now: datetime, present: Set[str]
+    fact: Fact,
+    own: datetime | None,
+    superseded: tuple[datetime, str] | None,
+    now: datetime,
+    present: Set[str],
+    undone: Set[datetime],
 ) -> Fact:
     """``fact`` as the sweep leaves it: holding to its ``own`` end, or ``superseded`` (the end it is given, never
     before its start, and the fact that ends it) with its transaction time: a supersession the store already
-    records keeps its ``expired_at``; one it recorded before and replaced since (its replacement removed) comes back
-    with its ``expired_at`` and the revisions before it; a new one is learnt ``now``. A supersession replaced while
-    its cause stays (superseded again, or holding again after an end given by hand) becomes a revision
+    records keeps its ``expired_at``; one it recorded before and replaced since comes back with its ``expired_at``
+    and the revisions before it when what replaced it is undone (its cause no longer ``present``, or learnt at a
+    time in ``undone``: with a fact the removal takes away); a new one is learnt ``now``. A supersession replaced
+    while its cause stays (superseded again, or holding again after an end given by hand) becomes a revision
     (:mod:`tkg.revisions`); revisions by facts no longer ``present`` are dropped (as if never added). ``fact``
     itself when nothing changes."""
     stored = revisions_of(fact)
@@ -293,7 +301,14 @@ def _settled(
     current: Revision | None = None  # the record's supersession, while its cause is present
     if fact.expired_at is not None and fact.invalid_at is not None and fact.invalidated_by in present:
         assert fact.invalidated_by is not None
-        current = Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, max(now, fact.expired_at))
+        if fact.expired_at not in undone:
+            current = Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, max(now, fact.expired_at))
+    # the revision the record's state replaced, when that state is undone: its supersession (by a removed fact, or
+    # learnt with one) replaced any of them; its holding again, learnt with a removed fact, the last one
+    if fact.expired_at is not None:
+        replaced = range(len(earlier)) if current is None else range(0)
+    else:
+        replaced = range(len(earlier) - 1, len(earlier)) if earlier and earlier[-1].until in undone else range(0)
     state: tuple[datetime | None, str | None, datetime | None, datetime | None]
     if superseded is None:
         if fact.invalidated_by is None and fact.expired_at is None and earlier == stored:
@@ -303,11 +318,11 @@ def _settled(
         end, by = superseded
         if fact.valid_at is not None and end < fact.valid_at:
             end = fact.valid_at
-        # an earlier supersession comes back as recorded only when what replaced it was removed
+        # an earlier supersession comes back as recorded only when what replaced it is undone
         back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
         if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
             learnt, current = fact.expired_at, None  # known already
-        elif back is not None and fact.expired_at is not None and current is None:
+        elif back is not None and back in replaced:
             learnt, earlier = earlier[back].expired_at, earlier[:back]
         else:
             learnt = max(now, fact.created_at, fact.expired_at or now)
