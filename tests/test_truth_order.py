@@ -187,6 +187,36 @@ def _share_an_instant(a: Fact, b: Fact) -> bool:
     return start is None or end is None or start < end
 
 
+#: A step: an episode, sometimes followed by an end given by hand to one fact (which, and how long after it starts).
+steps = st.tuples(statements, st.none() | st.tuples(st.integers(0, 20), st.integers(0, 2000)))
+
+
+def take_steps(
+    memory: Memory, history: Sequence[tuple[Statement, tuple[int, int] | None]]
+) -> list[tuple[datetime, dict[str, tuple[Any, ...]]]]:
+    """Takes the steps in group "g"; after each, the time and what the memory then held (:func:`held`)."""
+    seen = []
+    for statement, ending in history:
+        content, said = message(statement)
+        memory.add_episode(content, reference_time=said, group_id="g")
+        if ending is not None:
+            facts = sorted(memory.get_all("g", include_invalidated=True), key=lambda f: f.created_at)  # ids: random
+            fact = facts[ending[0] % len(facts)]
+            at = (fact.valid_at or datetime(2009, 1, 1, tzinfo=UTC)) + timedelta(days=ending[1])
+            end = own_end(fact)
+            if end is None or at < end:
+                memory.invalidate_fact(fact.id, at=at)
+        seen.append((memory.clock.now(), held(memory)))
+    return seen
+
+
+def held(memory: Memory, known_at: datetime | None = None) -> dict[str, tuple[Any, ...]]:
+    """Every fact of group "g" (superseded ones too) with its end, what ended it and when that was learnt, as the
+    memory holds it (or held it at ``known_at``)."""
+    facts = memory.get_all("g", include_invalidated=True, known_at=known_at)
+    return {f.id: (f.invalid_at, f.invalidated_by, f.expired_at) for f in facts}
+
+
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
@@ -209,11 +239,7 @@ def test_any_arrival_order_gives_the_same_history(
 
 
 @SETTINGS
-@given(
-    history=st.lists(
-        st.tuples(statements, st.none() | st.tuples(st.integers(0, 20), st.integers(0, 2000))), min_size=1, max_size=7
-    )
-)
+@given(history=st.lists(steps, min_size=1, max_size=7))
 @example(  # a restatement superseded by one fact, then another; an end by hand makes the first cover it again
     history=[
         (("Bob", "MOVED_TO", "Rome", 2010, 1, 0), None),
@@ -233,25 +259,37 @@ def test_a_view_known_at_a_past_time_shows_what_the_memory_held_then(
     fact hold again)."""
     note(f"history: {history!r}")
     memory = new_memory(make_store(EMB.dim))
-
-    def held(facts: Sequence[Fact]) -> dict[str, tuple[Any, ...]]:
-        return {f.id: (f.invalid_at, f.invalidated_by, f.expired_at) for f in facts}
-
-    seen: list[tuple[datetime, dict[str, tuple[Any, ...]]]] = []
-    for statement, ending in history:
-        content, said = message(statement)
-        memory.add_episode(content, reference_time=said, group_id="g")
-        if ending is not None:
-            facts = sorted(memory.get_all("g", include_invalidated=True), key=lambda f: f.created_at)  # ids: random
-            fact = facts[ending[0] % len(facts)]
-            at = (fact.valid_at or datetime(2009, 1, 1, tzinfo=UTC)) + timedelta(days=ending[1])
-            end = own_end(fact)
-            if end is None or at < end:
-                memory.invalidate_fact(fact.id, at=at)
-        seen.append((memory.clock.now(), held(memory.get_all("g", include_invalidated=True))))
+    seen = take_steps(memory, history)
     check_invariants(memory)
     for at, then in seen:
-        assert held(memory.get_all("g", include_invalidated=True, known_at=at)) == then, at
+        assert held(memory, at) == then, at
+
+
+@SETTINGS
+@given(history=st.lists(steps, max_size=6), added=statements)
+@example(  # the second Rome restates the first and ends at once; Paris ends the first, so the second holds again
+    history=[(("Ann", "LIVES_IN", "Rome", 2010, None, 0), None), (("Ann", "LIVES_IN", "Rome", 2011, None, 0), None)],
+    added=("Ann", "LIVES_IN", "Paris", 2010, None, 1),
+)
+def test_an_episode_added_then_removed_leaves_no_trace_in_any_view(
+    make_store: Callable[[int], Store], history: list[tuple[Statement, tuple[int, int] | None]], added: Statement
+) -> None:
+    """Remove is as if never added, on the transaction timeline too: after an episode is added and removed, a view
+    known at any time before it was added shows what it showed, and one known while it was there shows what the
+    memory held before it (its supersessions, or its letting superseded facts hold again, leave no revision)."""
+    note(f"history: {history!r}")
+    memory = new_memory(make_store(EMB.dim))
+    seen = take_steps(memory, history)
+    before = held(memory)
+    content, said = message(added)
+    episode = memory.add_episode(content, reference_time=said, group_id="g").episode
+    meanwhile = memory.clock.now()
+    memory.remove_episode(episode.id)
+    check_invariants(memory)
+    assert held(memory) == before
+    assert held(memory, meanwhile) == before
+    for at, then in seen:
+        assert held(memory, at) == then, at
 
 
 @SETTINGS

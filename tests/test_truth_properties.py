@@ -4,13 +4,17 @@ end-by-hand sequences driven by the rule-based LLM double, and batching against 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+import tkg.models
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.errors import ValidationError
 from tkg.invalidation import overlaps, own_end
@@ -66,9 +70,22 @@ def state(memory: Memory) -> dict[str, dict[str, Any]]:
     }
 
 
+class _CountedIds:
+    """Stands for the ``uuid`` module in :mod:`tkg.models`: ids in creation order, so that a run the machine
+    replays (its picks order facts by id) does what it did."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(1)
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(int=next(self._next))
+
+
 class TruthMachine(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
+        self._ids = mock.patch.object(tkg.models, "uuid", _CountedIds())
+        self._ids.start()
         self.memory = new_memory()
         self.ever: set[str] = set()
         self.removed_facts: set[str] = set()
@@ -130,6 +147,10 @@ class TruthMachine(RuleBasedStateMachine):
         added = self.memory.add_episode(message(statement), group_id="g")
         self.memory.remove_episode(added.episode.id)
         assert state(self.memory) == before
+
+    def teardown(self) -> None:
+        if hasattr(self, "_ids"):
+            self._ids.stop()
 
     @invariant()
     def time_intervals_are_ordered(self) -> None:

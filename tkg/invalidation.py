@@ -35,6 +35,7 @@ overlap the new fact's -- superseded facts included, so that a late-arriving fac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from datetime import UTC, datetime
 from typing import Any
@@ -303,12 +304,16 @@ def _settled(
         assert fact.invalidated_by is not None
         if fact.expired_at not in undone:
             current = Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, max(now, fact.expired_at))
-    # the revision the record's state replaced, when that state is undone: its supersession (by a removed fact, or
-    # learnt with one) replaced any of them; its holding again, learnt with a removed fact, the last one
+    # When the record's state began, if it is undone: its supersession by a removed fact or learnt with one, or its
+    # holding again learnt with one. That state may have replaced any revision (the first case) or the last one.
+    undone_since: datetime | None = None
+    replaced = range(0)
     if fact.expired_at is not None:
-        replaced = range(len(earlier)) if current is None else range(0)
-    else:
-        replaced = range(len(earlier) - 1, len(earlier)) if earlier and earlier[-1].until in undone else range(0)
+        undone_since = fact.expired_at if current is None else None
+        replaced = range(len(earlier))
+    elif earlier and earlier[-1].until in undone:
+        undone_since = earlier[-1].until
+        replaced = range(len(earlier) - 1, len(earlier))
     state: tuple[datetime | None, str | None, datetime | None, datetime | None]
     if superseded is None:
         if fact.invalidated_by is None and fact.expired_at is None and earlier == stored:
@@ -322,8 +327,8 @@ def _settled(
         back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
         if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
             learnt, current = fact.expired_at, None  # known already
-        elif back is not None and back in replaced:
-            learnt, earlier = earlier[back].expired_at, earlier[:back]
+        elif back is not None and undone_since is not None and back in replaced:
+            learnt, earlier, undone_since = earlier[back].expired_at, earlier[:back], None
         else:
             learnt = max(now, fact.created_at, fact.expired_at or now)
         state = (end, by, own, learnt)
@@ -332,6 +337,9 @@ def _settled(
         return fact
     if changed and current is not None and current.until > current.expired_at:  # (believed for no time: not kept)
         earlier = (*earlier, current)
+    if changed and undone_since is not None and earlier and earlier[-1].until == undone_since:
+        # as if the undone state had never been: what the memory believed before it, it believed until now
+        earlier = (*earlier[:-1], dataclasses.replace(earlier[-1], until=max(now, undone_since)))
     invalid_at, invalidated_by, prior_invalid_at, expired_at = state
     return evolve(
         fact,
