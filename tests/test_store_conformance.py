@@ -70,6 +70,29 @@ def test_put_get_scan_count_groups(make_store):
     assert store.get(Kind.FACT, ["f1"])[0] == fact(1, 1, 2, "one knows two")
 
 
+def test_records_of_several_kinds_read_together_are_what_each_get_returns(make_store):
+    """get_together (a search's records of every target, read at once: on several connections of a database) is,
+    in order, what get returns for each (kind, ids): missing ids as None, an empty list as one."""
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(1), entity(2), fact(1, 1, 2, "one knows two"), episode(1), episode(2)]))
+    asks = [
+        (Kind.FACT, ["f1", "nope"]),
+        (Kind.ENTITY, ["e2", "e1", "e2"]),
+        (Kind.EPISODE, []),
+        (Kind.EPISODE, ["ep2", "ep1"]),
+    ]
+    alone = [store.get(kind, ids) for kind, ids in asks]
+    assert [[r.id if r else None for r in records] for records in alone] == [
+        ["f1", None],
+        ["e2", "e1", "e2"],
+        [],
+        ["ep2", "ep1"],
+    ]
+    for _ in range(2):  # again: a backend's connections are reused
+        assert store.get_together(asks) == alone
+    assert store.get_together([]) == []
+
+
 def test_replace_and_delete_update_every_index(make_store):
     store = make_store(32)
     store.write(WriteBatch(puts=[entity(1, name="Alice"), entity(2, name="Bob"), fact(1, 1, 2, "Alice likes tea")]))

@@ -15,9 +15,10 @@ An end given by hand (:meth:`tkg.Memory.invalidate_fact`) changes the fact's own
 before it sees the end it replaced (:func:`own_end_at`).
 
 The rules that write revisions are in :func:`tkg.invalidation.history` (a supersession replaced while its cause
-stays becomes one; a supersession undone by a removal goes back to the state it replaces, dropping the revisions
-after it; a revision whose fact was removed is dropped, as if that fact had never been added);
-:func:`believed_end` and :func:`as_known` read them.
+stays becomes one; a removal is as if the episode had never been added: a state it undoes -- a supersession by a
+removed fact or learnt with one, or holding again learnt with one -- goes back to the revision it replaced,
+dropping the revisions after it, or else leaves the revision before it believed until the removal; a revision whose
+fact was removed is dropped); :func:`believed_end` and :func:`as_known` read them.
 """
 
 from __future__ import annotations

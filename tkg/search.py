@@ -60,11 +60,15 @@ class _Search:
     records: dict[tuple[Kind, str], Record | None] = field(default_factory=dict)
 
     def load(self, kind: Kind, ids: Sequence[str]) -> list[Record | None]:
-        missing = [i for i in ids if (kind, i) not in self.records]
+        return self.load_together([(kind, ids)])[0]
+
+    def load_together(self, asks: Sequence[tuple[Kind, Sequence[str]]]) -> list[list[Record | None]]:
+        """The records of each ``(kind, ids)``, in order; those not read yet in one store call."""
+        missing = [(kind, todo) for kind, ids in asks if (todo := [i for i in ids if (kind, i) not in self.records])]
         if missing:
-            for i, record in zip(missing, self.store.get(kind, missing), strict=True):
-                self.records[(kind, i)] = record
-        return [self.records[(kind, i)] for i in ids]
+            for (kind, ids), records in zip(missing, self.store.get_together(missing), strict=True):
+                self.records.update(((kind, i), record) for i, record in zip(ids, records, strict=True))
+        return [[self.records[(kind, i)] for i in ids] for kind, ids in asks]
 
 
 def search(
@@ -100,19 +104,19 @@ def search(
         cross_encoder=cross_encoder or TermOverlapScorer(),
         reference_time=reference_time or scope.as_of or scope.known_at,
     )
-    found: dict[str, list[Scored[Record]]] = {}
     candidates = _candidates(run, config)
+    ranked: dict[str, list[Hit]] = {}
     for target in config.targets:
         target_config = getattr(config, target)
-        kind = TARGET_KINDS[target]
-        ranked = _rank(run, kind, target_config, candidates[target])
+        hits = _rank(run, TARGET_KINDS[target], target_config, candidates[target])
         if target_config.min_score is not None:
-            ranked = [h for h in ranked if h.score >= target_config.min_score]
-        ranked = ranked[: target_config.limit]
-        records = run.load(kind, [h.id for h in ranked])
-        found[target] = [
-            Scored(run.scope.shown(r), h.score) for r, h in zip(records, ranked, strict=True) if r is not None
-        ]
+            hits = [h for h in hits if h.score >= target_config.min_score]
+        ranked[target] = hits[: target_config.limit]
+    shown = run.load_together([(TARGET_KINDS[target], [h.id for h in hits]) for target, hits in ranked.items()])
+    found: dict[str, list[Scored[Record]]] = {
+        target: [Scored(run.scope.shown(r), h.score) for r, h in zip(records, hits, strict=True) if r is not None]
+        for (target, hits), records in zip(ranked.items(), shown, strict=True)
+    }
     return SearchResults(query=query, **found)  # type: ignore[arg-type]
 
 

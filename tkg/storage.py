@@ -249,6 +249,11 @@ class Store(abc.ABC):
         reference time, then by insertion), oldest first; empty for an unknown id."""
 
     # -- optional powers, with defaults ------------------------------------------------------------------------
+    def get_together(self, asks: Sequence[tuple[Kind, Sequence[str]]]) -> list[list[Record | None]]:
+        """What :meth:`get` returns for each ``(kind, ids)`` of ``asks``, in order. The default asks one after the
+        other; a backend whose reads wait on a server answers them together."""
+        return [self.get(kind, ids) for kind, ids in asks]
+
     def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
         """The answer to each of ``asks`` for the search of ``query`` (text) and ``vector`` within ``scope``, in
         order: exactly what :meth:`vector_search` or :meth:`text_search` returns for it. The default asks them

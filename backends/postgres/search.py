@@ -16,7 +16,7 @@ import psycopg
 
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
-from tkg.models import TEXT_KINDS, VECTOR_FIELD, Fact, Kind, Vector
+from tkg.models import TEXT_KINDS, VECTOR_FIELD, Fact, Kind, Record, Vector
 from tkg.selection import top_k
 from tkg.storage import Candidates, Hit, Store, check_candidates
 from tkg.timeline import Scope
@@ -221,6 +221,10 @@ def _similarity(distance: float | None) -> float:
 
 
 class Search(Session):
+    def get_together(self, asks: Sequence[tuple[Kind, Sequence[str]]]) -> list[list[Record | None]]:
+        # The records a search shows, of each target: on search_connections connections at once, as candidates.
+        return self._together([partial(self.get, kind, ids) for kind, ids in asks])
+
     def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
         # Each list is one or two reads that wait on the server: they run on search_connections connections at once.
         check_candidates(asks)
