@@ -225,6 +225,33 @@ def test_update_delete_and_history_keep_every_version() -> None:
     assert m.history("no-such-id") == []
 
 
+def test_a_metadata_update_of_a_fact_that_has_not_started_is_kept() -> None:
+    """A fact that starts in the future restated with new metadata is the same fact (same text, same times): the
+    update keeps its id, and its metadata shows in every read, in history, and in a later version; a view known
+    before the update shows the metadata of then."""
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    fact_id = m.add("I LIKES Jazz since 2030.", user_id="ann", metadata={"source": "chat"})["results"][0]["id"]
+    clock.set("2024-06-01T00:00:00Z")
+    assert m.update(fact_id, metadata={"checked": True})["id"] == fact_id
+    both = {"source": "chat", "checked": True}
+    assert m.get(fact_id)["metadata"] == both
+    then = "2030-06-01T00:00:00Z"  # when it holds
+    assert [r["metadata"] for r in m.get_all(filters={"user_id": "ann"}, as_of=then)["results"]] == [both]
+    found = m.search("jazz", filters={"user_id": "ann", "checked": True}, as_of=then)["results"]
+    assert [(r["id"], r["metadata"]) for r in found] == [(fact_id, both)]
+    earlier = m.get_all(filters={"user_id": "ann"}, as_of=then, known_at="2024-05-15T00:00:00Z")["results"]
+    assert [r["metadata"] for r in earlier] == [{"source": "chat"}]
+    history = m.history(fact_id)
+    assert [(e["event"], e["old_memory"], e["new_memory"], e["created_at"][:10]) for e in history] == [
+        ("ADD", None, "User likes Jazz", "2024-05-01"),
+        ("UPDATE", "User likes Jazz", "User likes Jazz", "2024-06-01"),
+    ]
+    clock.set("2024-07-01T00:00:00Z")
+    newer = m.update(fact_id, text="User likes jazz a lot")["id"]
+    assert newer != fact_id and m.get(fact_id)["metadata"] == both
+
+
 def test_updating_a_fact_keeps_its_known_end() -> None:
     clock = FixedClock("2024-05-01T00:00:00Z")
     m = with_llm(clock)

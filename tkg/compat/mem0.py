@@ -281,7 +281,7 @@ class Memory:
             for item in [self._episode_item(e, seen_at)]
             if item is not None
         ]
-        items = [*self._fact_items(facts), *kept]
+        items = [*self._fact_items(facts, seen_at), *kept]
         items = [item for item in items if matches(_filterable(item), condition)]
         items.sort(key=lambda item: item["created_at"], reverse=True)
         return {"results": items[:count]}
@@ -315,6 +315,7 @@ class Memory:
         groups, condition = self._read_scope(filters, user_id, agent_id, run_id)
         if not groups or count == 0:
             return {"results": []}
+        seen_at = to_utc(known_at, "known_at") if known_at is not None else None
         fetch = max(3 * count, 30)
         while True:
             found = self._memory.search(
@@ -329,7 +330,7 @@ class Memory:
             scored = merged(found, keep=lambda episode: episode.status is not EpisodeStatus.EXTRACTED)
             if threshold is not None:
                 scored = self._above(query, scored, threshold)
-            facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)])
+            facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)], seen_at)
             by_id = {item["id"]: item for item in facts}
             items = []
             for score, record in scored:
@@ -363,9 +364,12 @@ class Memory:
                 previous = current
         else:
             chain = self._versions(record)
+            episodes = self._episodes_of(chain)
             for n, fact in enumerate(chain):
                 old = chain[n - 1].fact if n else None
                 events.append(_event(fact.id, "UPDATE" if n else "ADD", old, fact.fact, fact.created_at, fact))
+                for update in _restating_updates(fact, episodes):  # its metadata changed, its text kept
+                    events.append(_event(fact.id, "UPDATE", fact.fact, fact.fact, update.created_at, fact))
             last = chain[-1]
             for entry in last.attributes.get(ENDED_BY_HAND, ()):
                 when = datetime.fromisoformat(entry["recorded_at"])
@@ -408,13 +412,31 @@ class Memory:
         return scopes_covered(self._memory.groups(), wanted), condition
 
     def _metadata_of(self, record: Fact | Episode, *, reserved: bool = False) -> dict[str, Any]:
-        episode = record if isinstance(record, Episode) else self._first_episode(record)
-        meta = dict(episode.attributes.get("metadata", {})) if episode is not None else {}
+        if isinstance(record, Fact):
+            meta = self._facts_metadata([record])[0]
+        else:
+            meta = dict(record.attributes.get("metadata", {}))
         return meta if reserved else {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
 
-    def _first_episode(self, fact: Fact) -> Episode | None:
-        found = self._memory.get_many(Kind.EPISODE, list(fact.episodes[:1]))
-        return found[0] if found and isinstance(found[0], Episode) else None
+    def _facts_metadata(self, facts: Sequence[Fact], known_at: datetime | None = None) -> list[dict[str, Any]]:
+        """Each fact's metadata: its first episode's, then, laid over it in order, the caller's metadata of each
+        metadata update that restated this same fact (:func:`_restating_updates`); at ``known_at``, those made
+        by then."""
+        episodes = self._episodes_of(facts)
+        out = []
+        for fact in facts:
+            first = episodes.get(fact.episodes[0]) if fact.episodes else None
+            meta = dict(first.attributes.get("metadata", {})) if first is not None else {}
+            for update in _restating_updates(fact, episodes):
+                if known_at is None or update.created_at <= known_at:
+                    later = update.attributes["metadata"]
+                    meta.update((k, v) for k, v in later.items() if not k.startswith(RESERVED))
+            out.append(meta)
+        return out
+
+    def _episodes_of(self, facts: Sequence[Fact]) -> dict[str, Episode]:
+        wanted = list(dict.fromkeys(e for f in facts for e in f.episodes))
+        return {e.id: e for e in self._memory.get_many(Kind.EPISODE, wanted) if isinstance(e, Episode)}
 
     def _latest(self, record: Fact | Episode) -> Fact | Episode:
         """The newest version of a memory: an updated fact names the fact that replaced it."""
@@ -444,13 +466,9 @@ class Memory:
             chain.append(newer)
         return chain
 
-    def _fact_items(self, facts: Sequence[Fact]) -> list[dict[str, Any]]:
-        firsts = [f.episodes[0] for f in facts if f.episodes]
-        episodes = {e.id: e for e in self._memory.get_many(Kind.EPISODE, firsts) if isinstance(e, Episode)}
+    def _fact_items(self, facts: Sequence[Fact], known_at: datetime | None = None) -> list[dict[str, Any]]:
         items = []
-        for fact in facts:
-            episode = episodes.get(fact.episodes[0]) if fact.episodes else None
-            meta = dict(episode.attributes.get("metadata", {})) if episode is not None else {}
+        for fact, meta in zip(facts, self._facts_metadata(facts, known_at), strict=True):
             ends = fact.attributes.get(ENDED_BY_HAND, ())
             items.append(
                 {
@@ -678,6 +696,17 @@ def _event(
         "invalid_at": iso_offset(fact.invalid_at) if fact else None,
         "expired_at": iso_offset(fact.expired_at) if fact else None,
     }
+
+
+def _restating_updates(fact: Fact, episodes: Mapping[str, Episode]) -> list[Episode]:
+    """The episodes of ``fact`` (in ``episodes``) after its first that are updates of this same fact: an update
+    whose new version restates the fact -- same text, same times, as when the fact has not started yet -- adds
+    its episode to the fact instead of a new fact, so its metadata lives there."""
+    return [
+        e
+        for e in (episodes.get(i) for i in fact.episodes[1:])
+        if e is not None and e.attributes.get("metadata", {}).get(_REPLACES) == fact.id
+    ]
 
 
 def _replaced_by(fact: Fact) -> str | None:
