@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_truth import held
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
@@ -172,9 +173,9 @@ def check_invariants(memory: Memory) -> None:
         group = GROUPS.get(f.relation)
         if group is not None:
             slots.setdefault((f.source_id, group), []).append(f)
-    for held in slots.values():
-        for i, a in enumerate(held):
-            for b in held[i + 1 :]:
+    for in_slot in slots.values():
+        for i, a in enumerate(in_slot):
+            for b in in_slot[i + 1 :]:
                 if names[a.target_id] != names[b.target_id]:
                     assert not _share_an_instant(a, b), (a, b)
 
@@ -208,13 +209,6 @@ def take_steps(
                 memory.invalidate_fact(fact.id, at=at)
         seen.append((memory.clock.now(), held(memory)))
     return seen
-
-
-def held(memory: Memory, known_at: datetime | None = None) -> dict[str, tuple[Any, ...]]:
-    """Every fact of group "g" (superseded ones too) with its end, what ended it and when that was learnt, as the
-    memory holds it (or held it at ``known_at``)."""
-    facts = memory.get_all("g", include_invalidated=True, known_at=known_at)
-    return {f.id: (f.invalid_at, f.invalidated_by, f.expired_at) for f in facts}
 
 
 SETTINGS = settings(

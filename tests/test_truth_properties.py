@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
+from helpers_truth import held
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -89,9 +90,12 @@ class TruthMachine(RuleBasedStateMachine):
         self.memory = new_memory()
         self.ever: set[str] = set()
         self.removed_facts: set[str] = set()
+        #: Views of past transaction times: (a time, every fact as the memory held it then).
+        self.views: list[tuple[datetime, dict[str, tuple[Any, ...]]]] = []
 
     def _record(self) -> None:
         self.ever |= {f.id for f in self.memory.records(Kind.FACT)}
+        self.views.append((self.memory.clock.now(), held(self.memory)))
 
     @rule(statement=statements)
     def add_episode(self, statement: Statement) -> None:
@@ -121,8 +125,13 @@ class TruthMachine(RuleBasedStateMachine):
         episodes = [e.id for e in sorted(self.memory.records(Kind.EPISODE), key=lambda e: e.created_at)]
         if not episodes:
             return
-        result = self.memory.remove_episode(episodes[pick % len(episodes)])
+        episode = self.memory.get(Kind.EPISODE, episodes[pick % len(episodes)])
+        facts = {f.id: f for f in self.memory.records(Kind.FACT) if isinstance(f, Fact)}
+        result = self.memory.remove_episode(episode.id)
         self.removed_facts |= set(result.deleted_facts)
+        # As if never added: what the memory held before it, and before the facts it took away, stands.
+        cut = min([episode.created_at, *(facts[i].created_at for i in result.deleted_facts)])
+        self.views = [(at, then) for at, then in self.views if at < cut]
 
     @rule(pick=st.integers(0, 1000), months=st.integers(0, 60))
     def end_by_hand(self, pick: int, months: int) -> None:
@@ -140,6 +149,7 @@ class TruthMachine(RuleBasedStateMachine):
             assert state(self.memory) == before
             return
         assert own_end(ended) == at
+        self.views.append((self.memory.clock.now(), held(self.memory)))
 
     @rule(statement=statements)
     def add_then_remove_restores_the_graph(self, statement: Statement) -> None:
@@ -151,6 +161,11 @@ class TruthMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "_ids"):
             self._ids.stop()
+
+    @invariant()
+    def a_view_of_a_past_time_shows_what_the_memory_held_then(self) -> None:
+        for at, then in self.views:
+            assert held(self.memory, at) == then, at
 
     @invariant()
     def time_intervals_are_ordered(self) -> None:
