@@ -304,16 +304,13 @@ def _settled(
         assert fact.invalidated_by is not None
         if fact.expired_at not in undone:
             current = Revision(fact.invalid_at, fact.invalidated_by, fact.expired_at, max(now, fact.expired_at))
-    # When the record's state began, if it is undone: its supersession by a removed fact or learnt with one, or its
-    # holding again learnt with one. That state may have replaced any revision (the first case) or the last one.
+    # When the record's state began, if it is undone: its supersession by a removed fact or learnt with one (it may
+    # have replaced any revision), or its holding again learnt with one (it replaced the last).
     undone_since: datetime | None = None
-    replaced = range(0)
     if fact.expired_at is not None:
         undone_since = fact.expired_at if current is None else None
-        replaced = range(len(earlier))
     elif earlier and earlier[-1].until in undone:
         undone_since = earlier[-1].until
-        replaced = range(len(earlier) - 1, len(earlier))
     state: tuple[datetime | None, str | None, datetime | None, datetime | None]
     if superseded is None:
         if fact.invalidated_by is None and fact.expired_at is None and earlier == stored:
@@ -327,7 +324,9 @@ def _settled(
         back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
         if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
             learnt, current = fact.expired_at, None  # known already
-        elif back is not None and undone_since is not None and back in replaced:
+        elif (
+            back is not None and undone_since is not None and (fact.expired_at is not None or back == len(earlier) - 1)
+        ):
             learnt, earlier, undone_since = earlier[back].expired_at, earlier[:back], None
         else:
             learnt = max(now, fact.created_at, fact.expired_at or now)
