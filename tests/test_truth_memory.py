@@ -524,3 +524,26 @@ def test_removing_the_fact_that_let_a_superseded_fact_hold_again_leaves_no_trace
     assert {f.id: f for f in memory.records(Kind.FACT)} == before
     shown = next(f for f in memory.get_all("g", include_invalidated=True, known_at=between) if f.id == later.id)
     assert (shown.invalidated_by, shown.expired_at) == (later.invalidated_by, later.expired_at)
+
+
+def test_removing_a_fact_restores_the_latest_of_two_equal_supersessions() -> None:
+    """Rome since 2011 is ended by Paris since 2012, then restated by Rome since 2010 (which ends it at once), then
+    ended by Paris again when Rome since 2010 is ended by hand: two supersessions by Paris, learnt at two times.
+    Paris since 2011, added then removed, must bring back the second, not the first (which would drop the history
+    between them)."""
+    homes = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    memory = make(ontology=homes)
+
+    def add(city: str, year: int) -> None:
+        memory.add_facts([FactInput("Ann", "LIVES_IN", city, valid_at=f"{year}-01-01T00:00:00Z")], group_id="g")
+
+    add("Paris", 2012)
+    add("Rome", 2011)
+    add("Rome", 2010)
+    early = next(f for f in memory.records(Kind.FACT) if isinstance(f, Fact) and f.valid_at.year == 2010)
+    memory.invalidate_fact(early.id, at=datetime(2010, 1, 1, tzinfo=UTC))
+    before = {f.id: f for f in memory.records(Kind.FACT)}
+    memory.add_facts([FactInput("Ann", "LIVES_IN", "Paris", valid_at="2011-01-01T00:00:00Z")], group_id="g")
+    added = max(memory.records(Kind.EPISODE), key=lambda e: e.created_at)
+    memory.remove_episode(added.id)
+    assert {f.id: f for f in memory.records(Kind.FACT)} == before

@@ -320,8 +320,10 @@ def _settled(
         end, by = superseded
         if fact.valid_at is not None and end < fact.valid_at:
             end = fact.valid_at
-        # an earlier supersession comes back as recorded only when what replaced it is undone
-        back = next((i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)), None)
+        # an earlier supersession comes back as recorded only when what replaced it is undone (the latest, when the
+        # same end was believed more than once)
+        matching = [i for i, r in enumerate(earlier) if (r.invalid_at, r.invalidated_by) == (end, by)]
+        back = matching[-1] if matching else None
         if fact.invalidated_by == by and fact.invalid_at == end and fact.expired_at is not None:
             learnt, current = fact.expired_at, None  # known already
         elif (
