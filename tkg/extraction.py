@@ -166,7 +166,18 @@ class EpisodePlanner:
         near = sources | targets
         single = self.settings.ontology.single_valued(probe.relation)
         pairs = [(s, t) for s in sorted(sources) for t in sorted(targets)]
-        related = self._related(probe, sorted(near), pairs)
+        ranked = self._related(probe, sorted(near))
+        first = None if single else self._first_same(probe, sorted(near))
+        # One store call reads the facts between the new fact's ends, between the ends of each related statement
+        # and between those of the first facts of its own relation (later reads hit the per-episode cache).
+        ahead = [(old.source_id, old.target_id) for old, _ in first or ()]
+        self._between([*pairs, *((source, target) for source, target, *_ in ranked), *ahead])
+        related = {
+            f.id: f
+            for source, target, *_ in ranked
+            for f in self._between([(source, target)])
+            if f.embedding is not None and invalidation.statement_key(f) in ranked
+        }
         paired = self._between(pairs)
         key = invalidation.text_key(probe.fact)
         mates = [
@@ -226,7 +237,7 @@ class EpisodePlanner:
         take(paired)
         take(list(related.values()))
         if not single:
-            self._same_relation(probe, sorted(near), statements, seen, take)
+            self._same_relation(probe, sorted(near), statements, seen, take, first)
         shown = self._closest(probe.fact, [min(m, key=_representative) for m in statements.values()])
         self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
         return shown, inherited
@@ -238,19 +249,23 @@ class EpisodePlanner:
         statements: dict[tuple[str, ...], list[Fact]],
         seen: set[str],
         take: Callable[[Sequence[Fact]], None],
+        first: list[tuple[Fact, float]] | None,
     ) -> None:
         """Adds to ``statements`` (through ``take``) the facts of the new fact's relation around its ends that can
         be among the ``max_fact_candidates`` closest statements: read from the store closest first, each with the
         rest of its statement, until that many statements known are certainly closer than any fact not read
-        yet. Without a sentence vector, all of them."""
+        yet. Without a sentence vector, all of them. ``first``: the first round's read, already made
+        (:meth:`_first_same`)."""
         vector = self.vectors.get(probe.fact)
         limit = self.settings.max_fact_candidates
         if vector is None:
             take(self.store.facts_with(near, probe.relation))
             return
         k, most = self._reads()
+        found = first
         while limit > 0:
-            found = self.store.closest_facts(near, vector, k, probe.relation)
+            if found is None:
+                found = self.store.closest_facts(near, vector, k, probe.relation)
             # Each fact read with the rest of its statement: every fact between its two ends, in one read.
             take(self._between([(old.source_id, old.target_id) for old, _ in found if old.id not in seen]))
             if len(found) < k or k >= most:
@@ -259,17 +274,24 @@ class EpisodePlanner:
             shown = [min(m, key=_representative) for m in statements.values()]
             if sum(score > edge for score in _closeness(shown, vector)) >= limit:
                 return
-            k = most
+            k, found = most, None
 
-    def _related(self, probe: Fact, near: list[str], pairs: Sequence[tuple[str, str]] = ()) -> dict[str, Fact]:
+    def _first_same(self, probe: Fact, near: list[str]) -> list[tuple[Fact, float]] | None:
+        """The first round of :meth:`_same_relation`'s reads (None when it reads otherwise or not at all)."""
+        vector = self.vectors.get(probe.fact)
+        if vector is None or self.settings.max_fact_candidates <= 0:
+            return None
+        return self.store.closest_facts(near, vector, self._reads()[0], probe.relation)
+
+    def _related(self, probe: Fact, near: list[str]) -> set[tuple[str, ...]]:
         """Facts under another relation that share an endpoint with the new fact (``near``) and say something
         close (sentence embeddings): "Ann LIVES_IN Paris" for "Ann MOVED_TO Berlin". At most
-        ``related_candidates`` statements, with every fact of each. The facts between ``pairs`` are read in the
-        same store call (the caller's next read)."""
+        ``related_candidates`` statements (their keys, :func:`invalidation.statement_key`); the caller reads
+        every fact of each."""
         limit = self.settings.related_candidates
         vector = self.vectors.get(probe.fact)
         if limit <= 0 or vector is None:
-            return {}
+            return set()
         # Counted by statement, not by fact: restatements of one statement share one verdict. Walked from the
         # closest down, so a statement's first score is its best; the walk stops past the limit-th statement
         # (ties with it kept, then broken by content) or below the similarity floor. The store gives the closest
@@ -286,14 +308,7 @@ class EpisodePlanner:
             if decided or last:
                 break
             k = most
-        ranked = set(sorted(best, key=lambda key: (-best[key], key))[:limit])
-        self._between([*pairs, *((source, target) for source, target, *_ in ranked)])  # one read for all
-        out: dict[str, Fact] = {}
-        for source, target, *_ in ranked:
-            for f in self._between([(source, target)]):
-                if f.embedding is not None and invalidation.statement_key(f) in ranked:
-                    out[f.id] = f
-        return out
+        return set(sorted(best, key=lambda key: (-best[key], key))[:limit])
 
     def _reads(self) -> tuple[int, int]:
         """Facts read in the first round of a closest-first search, and the most read in all."""
