@@ -40,7 +40,7 @@ from tkg.models import (
     Record,
     Verdict,
 )
-from tkg.storage import Hit, Store, WriteBatch
+from tkg.storage import Closest, Hit, Store, WriteBatch
 from tkg.timeline import DateRange, Filters, make_scope
 from tkg.vector_sketches import EXACT_UP_TO
 
@@ -311,6 +311,11 @@ def compare_neighbourhoods(store: Store, oracle: ReferenceStore, world: World) -
                         [Hit(f.id, s) for f, s in theirs],
                         f"closest {ends} {relation} same={same} k={k}",
                     )
+            # Several reads made together (on a database: on several connections) are each what it reads alone.
+            asks = [Closest(ends, vector, k, relation, same) for same in (False, True) for k in (3, 50)]
+            alone = [store.closest_facts(a.entity_ids, a.vector, a.k, a.relation, same=a.same) for a in asks]
+            assert store.closest_facts_together(asks) == alone, (ends, relation)
+    assert store.closest_facts_together([]) == []
 
 
 @settings(
@@ -399,5 +404,9 @@ def test_the_closest_facts_around_a_hot_entity_are_found_among_crowding_ones(
                 assert all((f.relation == "KNOWS") == same for f, _ in got)
                 found = sum(s >= kth for _, s in got)
                 assert found >= 9, (n, same, found)
+            both = [Closest(["user"], probe, 10, "KNOWS", same) for same in (False, True)]
+            assert store.closest_facts_together(both) == [
+                store.closest_facts(["user"], probe, 10, "KNOWS", same=same) for same in (False, True)
+            ]
     finally:
         store.close()

@@ -30,7 +30,7 @@ from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.profiles import MAX_SUMMARY_CHARS, absorb
 from tkg.resolution import ResolutionRules, judge
-from tkg.storage import Store
+from tkg.storage import Closest, Store
 from tkg.timeline import make_scope
 
 
@@ -166,8 +166,20 @@ class EpisodePlanner:
         near = sources | targets
         single = self.settings.ontology.single_valued(probe.relation)
         pairs = [(s, t) for s in sorted(sources) for t in sorted(targets)]
-        ranked = self._related(probe, sorted(near))
-        first = None if single else self._first_same(probe, sorted(near))
+        # The first reads around the ends, of the other relations and of the new fact's own (unless the ontology
+        # decides it), go to the store together (a database makes them on two connections at once).
+        vector, k, settings = self.vectors.get(probe.fact), self._reads()[0], self.settings
+        around = [
+            Closest(sorted(near), vector, k, probe.relation, same)
+            for same, wanted in (
+                (False, settings.related_candidates > 0),
+                (True, not single and settings.max_fact_candidates > 0),
+            )
+            if vector is not None and wanted
+        ]
+        firsts = dict(zip((a.same for a in around), self.store.closest_facts_together(around), strict=True))
+        ranked = self._related(probe, sorted(near), firsts.get(False))
+        first = firsts.get(True)
         # One store call reads the facts between the new fact's ends, between the ends of each related statement
         # and between those of the first facts of its own relation (later reads hit the per-episode cache).
         ahead = [(old.source_id, old.target_id) for old, _ in first or ()]
@@ -254,8 +266,7 @@ class EpisodePlanner:
         """Adds to ``statements`` (through ``take``) the facts of the new fact's relation around its ends that can
         be among the ``max_fact_candidates`` closest statements: read from the store closest first, each with the
         rest of its statement, until that many statements known are certainly closer than any fact not read
-        yet. Without a sentence vector, all of them. ``first``: the first round's read, already made
-        (:meth:`_first_same`)."""
+        yet. Without a sentence vector, all of them. ``first``: the first round's read, already made."""
         vector = self.vectors.get(probe.fact)
         limit = self.settings.max_fact_candidates
         if vector is None:
@@ -276,18 +287,11 @@ class EpisodePlanner:
                 return
             k, found = most, None
 
-    def _first_same(self, probe: Fact, near: list[str]) -> list[tuple[Fact, float]] | None:
-        """The first round of :meth:`_same_relation`'s reads (None when it reads otherwise or not at all)."""
-        vector = self.vectors.get(probe.fact)
-        if vector is None or self.settings.max_fact_candidates <= 0:
-            return None
-        return self.store.closest_facts(near, vector, self._reads()[0], probe.relation)
-
-    def _related(self, probe: Fact, near: list[str]) -> set[tuple[str, ...]]:
+    def _related(self, probe: Fact, near: list[str], first: list[tuple[Fact, float]] | None) -> set[tuple[str, ...]]:
         """Facts under another relation that share an endpoint with the new fact (``near``) and say something
         close (sentence embeddings): "Ann LIVES_IN Paris" for "Ann MOVED_TO Berlin". At most
         ``related_candidates`` statements (their keys, :func:`invalidation.statement_key`); the caller reads
-        every fact of each."""
+        every fact of each. ``first``: the first round's read, already made."""
         limit = self.settings.related_candidates
         vector = self.vectors.get(probe.fact)
         if limit <= 0 or vector is None:
@@ -298,8 +302,10 @@ class EpisodePlanner:
         # facts a batch at a time; scores above the batch's last one (give or take float noise) are certain.
         floor = self.settings.related_min_similarity
         k, most = self._reads()
+        got = first
         while True:
-            got = self.store.closest_facts(near, vector, k, probe.relation, same=False)
+            if got is None:
+                got = self.store.closest_facts(near, vector, k, probe.relation, same=False)
             found = [f for f, _ in got]
             last = len(found) < k or k >= most  # all of them, or as many as are read
             scores = _closeness(found, vector)
@@ -307,7 +313,7 @@ class EpisodePlanner:
             best, decided = _best_statements(found, scores, edge, floor, limit)
             if decided or last:
                 break
-            k = most
+            k, got = most, None
         return set(sorted(best, key=lambda key: (-best[key], key))[:limit])
 
     def _reads(self) -> tuple[int, int]:

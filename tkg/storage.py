@@ -21,7 +21,9 @@ and never ask "does this store have X?":
 * :meth:`Store.facts_between`, :meth:`Store.facts_with`, :meth:`Store.facts_judging`, :meth:`Store.closest_facts`
   -- the neighbourhood of a new fact, which truth maintenance reads for every fact of every episode (the
   defaults filter :meth:`Store.facts_of`; a backend answers from indexes, so that an episode about an entity
-  with 100,000 facts does not read them all);
+  with 100,000 facts does not read them all); :meth:`Store.closest_facts_together` makes several
+  :meth:`Store.closest_facts` reads (:class:`Closest`) at once (default: one after the other; a database answers
+  them on several connections together);
 * :meth:`Store.fact_ends` -- the edges of the whole graph for community detection (the default scans the facts;
   a backend reads the two end columns alone);
 * :meth:`Store.flush`, :meth:`Store.wait_for_maintenance`, :meth:`Store.stats`, :meth:`Store.close` --
@@ -67,6 +69,16 @@ class Candidates(NamedTuple):
     method: Literal["cosine", "bm25"]
     kind: Kind
     k: int
+
+
+class Closest(NamedTuple):
+    """One read of :meth:`Store.closest_facts`: its arguments."""
+
+    entity_ids: Sequence[str]
+    vector: Vector
+    k: int
+    relation: str
+    same: bool = True
 
 
 def check_candidates(asks: Sequence[Candidates]) -> None:
@@ -265,6 +277,12 @@ class Store(abc.ABC):
             else self.text_search(ask.kind, query, ask.k, scope)
             for ask in asks
         ]
+
+    def closest_facts_together(self, asks: Sequence[Closest]) -> list[list[tuple[Fact, float]]]:
+        """What :meth:`closest_facts` returns for each of ``asks``, in order (a new fact's first reads around its
+        ends: its own relation and the others). The default asks one after the other; a backend whose reads wait
+        on a server answers them together."""
+        return [self.closest_facts(a.entity_ids, a.vector, a.k, a.relation, same=a.same) for a in asks]
 
     def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         """Facts joining the two entities of any of ``pairs``, either way round, in insertion order."""

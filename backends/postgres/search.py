@@ -18,7 +18,7 @@ from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
 from tkg.models import TEXT_KINDS, VECTOR_FIELD, Fact, Kind, Record, Vector
 from tkg.selection import top_k
-from tkg.storage import Candidates, Hit, Store, check_candidates
+from tkg.storage import Candidates, Closest, Hit, Store, check_candidates
 from tkg.timeline import Scope
 from tkg.tokens import bm25_sums, idf, term_part, tokenize
 from tkg.vector_sketches import BITS, EXACT_UP_TO, candidate_count, sketch_text
@@ -224,6 +224,12 @@ class Search(Session):
     def get_together(self, asks: Sequence[tuple[Kind, Sequence[str]]]) -> list[list[Record | None]]:
         # The records a search shows, of each target: on search_connections connections at once, as candidates.
         return self._together([partial(self.get, kind, ids) for kind, ids in asks])
+
+    def closest_facts_together(self, asks: Sequence[Closest]) -> list[list[tuple[Fact, float]]]:
+        # A new fact's first reads around its ends (its relation, the others): on search_connections at once.
+        return self._together(
+            [partial(self.closest_facts, a.entity_ids, a.vector, a.k, a.relation, same=a.same) for a in asks]
+        )
 
     def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
         # Each list is one or two reads that wait on the server: they run on search_connections connections at once.
