@@ -484,6 +484,48 @@ def test_an_episode_reads_the_facts_between_its_pairs_in_one_call_and_never_for_
     assert settled_first >= 10  # most episodes: two closest reads, one read of the facts between
 
 
+def test_a_new_name_asks_its_entity_candidates_by_cosine_and_bm25_in_one_store_call():
+    """A name that matches no entity exactly is resolved against the entities closest to it by cosine and by BM25:
+    the two lists are asked of the store in one call (Store.candidates: a database reads them on two connections
+    at once), never one after the other."""
+    from tkg.backends.memory import InMemoryStore
+    from tkg.llm.rules import RulesLLM
+
+    class Counting(InMemoryStore):
+        def __init__(self) -> None:
+            super().__init__(dim=64)
+            self.asked: list[list[tuple[str, str]]] = []
+            self.inside = False
+            self.alone = 0
+
+        def candidates(self, asks, query, vector, scope):
+            self.asked.append([(a.method, str(a.kind)) for a in asks])
+            self.inside = True
+            try:
+                return super().candidates(asks, query, vector, scope)
+            finally:
+                self.inside = False
+
+        def vector_search(self, kind, vector, k, scope):
+            self.alone += not self.inside
+            return super().vector_search(kind, vector, k, scope)
+
+        def text_search(self, kind, query, k, scope):
+            self.alone += not self.inside
+            return super().text_search(kind, query, k, scope)
+
+    store = Counting()
+    memory = Memory(
+        store, embedder=HashEmbedder(dim=64), llm=RulesLLM(), clock=FixedClock(T), config=MemoryConfig(communities=None)
+    )
+    memory.add_episode("User: I LIKES green tea.", group_id="me", reference_time=T)
+    store.asked.clear()
+    store.alone = 0
+    memory.add_episode("User: I LIKES black tea.", group_id="me", reference_time=T)
+    assert [("cosine", "entity"), ("bm25", "entity")] in store.asked, store.asked
+    assert store.alone == 0
+
+
 def test_bad_arguments_to_reads_and_files_are_tkg_errors(memory, tmp_path):
     memory.add_episode("Ann: hello Bob", group_id="g")
     ann = memory.find_entities("Ann")[0]

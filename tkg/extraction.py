@@ -30,7 +30,7 @@ from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.profiles import MAX_SUMMARY_CHARS, absorb
 from tkg.resolution import ResolutionRules, judge
-from tkg.storage import Closest, Store
+from tkg.storage import Candidates, Closest, Store
 from tkg.timeline import make_scope
 
 
@@ -353,10 +353,12 @@ class EpisodePlanner:
             cosines: dict[str, float] = {}
             vector = self.vectors.get(name)
             k = self.settings.entity_candidates
-            if vector is not None:
-                for hit in self.store.vector_search(Kind.ENTITY, vector, k, self._scope):
-                    cosines[hit.id] = hit.score
-            text_hits = self.store.text_search(Kind.ENTITY, name, k, self._scope)
+            if vector is None:
+                text_hits = self.store.text_search(Kind.ENTITY, name, k, self._scope)
+            else:  # both lists in one store call (a database reads them on two connections at once)
+                asks = [Candidates("cosine", Kind.ENTITY, k), Candidates("bm25", Kind.ENTITY, k)]
+                cosine_hits, text_hits = self.store.candidates(asks, name, vector, self._scope)
+                cosines.update((hit.id, hit.score) for hit in cosine_hits)
             ids = [i for i in [*cosines, *(h.id for h in text_hits)] if i not in candidates]
             for record in self.store.get(Kind.ENTITY, list(dict.fromkeys(ids))):
                 if isinstance(record, Entity):
