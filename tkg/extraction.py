@@ -166,30 +166,7 @@ class EpisodePlanner:
         near = sources | targets
         single = self.settings.ontology.single_valued(probe.relation)
         pairs = [(s, t) for s in sorted(sources) for t in sorted(targets)]
-        # The first reads around the ends, of the other relations and of the new fact's own (unless the ontology
-        # decides it), go to the store together (a database makes them on two connections at once).
-        vector, k, settings = self.vectors.get(probe.fact), self._reads()[0], self.settings
-        around = [
-            Closest(sorted(near), vector, k, probe.relation, same)
-            for same, wanted in (
-                (False, settings.related_candidates > 0),
-                (True, not single and settings.max_fact_candidates > 0),
-            )
-            if vector is not None and wanted
-        ]
-        firsts = dict(zip((a.same for a in around), self.store.closest_facts_together(around), strict=True))
-        ranked = self._related(probe, sorted(near), firsts.get(False))
-        first = firsts.get(True)
-        # One store call reads the facts between the new fact's ends, between the ends of each related statement
-        # and between those of the first facts of its own relation (later reads hit the per-episode cache).
-        ahead = [(old.source_id, old.target_id) for old, _ in first or ()]
-        self._between([*pairs, *((source, target) for source, target, *_ in ranked), *ahead])
-        related = {
-            f.id: f
-            for source, target, *_ in ranked
-            for f in self._between([(source, target)])
-            if f.embedding is not None and invalidation.statement_key(f) in ranked
-        }
+        related, first = self._first_reads(probe, sorted(near), single, pairs)
         paired = self._between(pairs)
         key = invalidation.text_key(probe.fact)
         mates = [
@@ -253,6 +230,36 @@ class EpisodePlanner:
         shown = self._closest(probe.fact, [min(m, key=_representative) for m in statements.values()])
         self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
         return shown, inherited
+
+    def _first_reads(
+        self, probe: Fact, near: list[str], single: bool, pairs: list[tuple[str, str]]
+    ) -> tuple[dict[str, Fact], list[tuple[Fact, float]] | None]:
+        """The related facts (:meth:`_related`, every fact of each statement) and the first batch of the new fact's
+        own relation around its ends (None when not read so: a single-valued relation, no sentence vector). The
+        two closest-first reads go to the store in one call (a database makes them on two connections at once),
+        then one call reads the facts between the new fact's ends (``pairs``), between those of each related
+        statement and between those of the first batch (later reads hit the per-episode cache)."""
+        vector, k, settings = self.vectors.get(probe.fact), self._reads()[0], self.settings
+        around = [
+            Closest(near, vector, k, probe.relation, same)
+            for same, wanted in (
+                (False, settings.related_candidates > 0),
+                (True, not single and settings.max_fact_candidates > 0),
+            )
+            if vector is not None and wanted
+        ]
+        firsts = dict(zip((a.same for a in around), self.store.closest_facts_together(around), strict=True))
+        ranked = self._related(probe, near, firsts.get(False))
+        first = firsts.get(True)
+        ahead = [(old.source_id, old.target_id) for old, _ in first or ()]
+        self._between([*pairs, *((source, target) for source, target, *_ in ranked), *ahead])
+        related = {
+            f.id: f
+            for source, target, *_ in ranked
+            for f in self._between([(source, target)])
+            if f.embedding is not None and invalidation.statement_key(f) in ranked
+        }
+        return related, first
 
     def _same_relation(
         self,
