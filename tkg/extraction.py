@@ -252,7 +252,7 @@ class EpisodePlanner:
         ranked = self._related(probe, near, firsts.get(False))
         first = firsts.get(True)
         ahead = [(old.source_id, old.target_id) for old, _ in first or ()]
-        self._between([*pairs, *((source, target) for source, target, *_ in ranked), *ahead])
+        self._read_between([*pairs, *((source, target) for source, target, *_ in ranked), *ahead])
         related = {
             f.id: f
             for source, target, *_ in ranked
@@ -392,6 +392,15 @@ class EpisodePlanner:
     def _between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         """The stored facts between the two entities of any pair, either way round (cached per episode: the store
         does not change while an episode is planned; an entity this plan creates has none)."""
+        keys = self._read_between(pairs)
+        cache = self._pairs
+        if len(keys) == 1:
+            return cache[keys[0]]
+        return sorted({f.id: f for k in keys for f in cache[k]}.values(), key=lambda f: f.id)
+
+    def _read_between(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Read the facts between the pairs not read yet into the episode's cache, in one store call; returns the
+        pairs as its keys."""
         cache = self._pairs
         keys = list(dict.fromkeys((min(a, b), max(a, b)) for a, b in pairs))
         missing = [k for k in keys if k not in cache]
@@ -402,9 +411,7 @@ class EpisodePlanner:
             for fact in self.store.facts_between(missing):
                 a, b = fact.source_id, fact.target_id
                 cache[min(a, b), max(a, b)].append(fact)
-        if len(keys) == 1:
-            return cache[keys[0]]
-        return sorted({f.id: f for k in keys for f in cache[k]}.values(), key=lambda f: f.id)
+        return keys
 
     def _closest(self, sentence: str, candidates: list[Fact]) -> list[Fact]:
         vector = self.vectors.get(sentence)
