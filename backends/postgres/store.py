@@ -39,9 +39,11 @@ class PostgresStore(Writes, Reads, Search):
     (``maintenance_work_mem``): pgvector builds an HNSW graph quickly while it fits in it (~2 KB per 384-d vector)
     and about ten times more slowly past that; raise it to ~4,096 to load a million facts at 384-d.
     ``search_connections`` (1-16, default 2) is how many connections one search reads its candidate lists on at
-    once; 1 reads them in turn on the store's own connection and opens no other. ``pack_cache_mb`` (default 64;
-    0: none) bounds the packed postings kept decoded in the client (:mod:`.pack_cache`): a search is sent only
-    the packs of its words that the store does not hold for the generation in use.
+    once (and an episode its first reads around a new fact, :meth:`~tkg.storage.Store.closest_facts_together`, and
+    a new name's candidate entities); 1 reads them in turn on the store's own connection and opens no other.
+    ``pack_cache_mb`` (default 64; 0: none) bounds the packed postings kept decoded in the client
+    (:mod:`.pack_cache`): a search is sent only the packs of its words that the store does not hold for the
+    generation in use.
 
     >>> from tkg.backends.postgres import EmbeddedPostgres  # doctest: +SKIP
     >>> server = EmbeddedPostgres()  # doctest: +SKIP
