@@ -153,6 +153,81 @@ def test_damage_before_the_tail_is_refused_not_guessed(tmp_path: Path) -> None:
         open_memory(path)
 
 
+class _OtherEmbedder(HashEmbedder):
+    """Vectors of the same size, from another embedder (by name)."""
+
+    @property
+    def name(self) -> str:
+        return "another-embedder"
+
+
+def test_a_memory_with_no_snapshot_yet_refuses_another_embedder_as_a_snapshot_does(tmp_path: Path) -> None:
+    """Each journal segment records the embedder that made its vectors: a memory that never compacted (all of a
+    small memory may live in its journal) refuses another embedder, or one of another size, with the snapshot's
+    error, and leaves its files as they were; check_embedder=False mixes them knowingly."""
+    from tkg.errors import ConfigurationError
+
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    for i in range(3):
+        write(memory, i)
+    memory.close()
+    assert not path.exists() and segment_paths(path)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ConfigurationError, match="was embedded with 'hash-16-tri', not 'another-embedder'"):
+        Memory.open(path, embedder=_OtherEmbedder(dim=16))
+    with pytest.raises(ConfigurationError, match="holds 16-d vectors; the embedder makes 32-d"):
+        Memory.open(path, embedder=HashEmbedder(dim=32))
+    with pytest.raises(ConfigurationError, match="was embedded with"):
+        Memory.load(path, embedder=_OtherEmbedder(dim=16))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+    mixed = Memory.open(path, embedder=_OtherEmbedder(dim=16), check_embedder=False)
+    assert len(facts_of(mixed)) == 3
+    mixed.close()
+    assert len(facts_of(open_memory(path))) == 3
+
+
+def test_a_segment_of_the_first_journal_format_opens_as_before(tmp_path: Path) -> None:
+    """Format 1 segments (no meta entry: written before the journal recorded its embedder) are read as they
+    were, and a memory goes on writing after them."""
+    from tkg import journal
+
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    write(memory, 0)
+    memory.close()
+    reopened = Memory.load(path, embedder=EMB)
+    records = [r for kind in Kind for r in reopened.records(kind)]
+    old = journal.MAGIC + journal._HEAD.pack(1) + journal.encode_batch(1, journal.WriteBatch(puts=records))
+    for segment in segment_paths(path):
+        segment.unlink()
+    (tmp_path / "m.tkg.journal.000001").write_bytes(old)
+    assert journal.recorded_meta(path) == {"dim": 16}  # told by the vectors: no embedder recorded
+    again = open_memory(path)
+    assert len(facts_of(again)) == 1
+    write(again, 1)
+    again.close()
+    assert len(facts_of(open_memory(path))) == 2
+
+
+def test_a_segment_torn_in_its_meta_entry_holds_nothing_and_opens(tmp_path: Path) -> None:
+    """A crash while a new segment's head (magic, format, meta entry) was written: nothing was acknowledged in
+    it; it is cut to its header and the memory opens with every batch before it."""
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    write(memory, 0)
+    memory._files.journal.rotate()  # type: ignore[union-attr]
+    memory.close()
+    newest = segment_paths(path)[-1]
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) - 5])
+    reopened = open_memory(path)
+    assert len(facts_of(reopened)) == 1
+    write(reopened, 1)
+    reopened.close()
+    assert len(facts_of(open_memory(path))) == 2
+
+
 def test_load_sees_the_journal_too_and_changes_nothing_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "m.tkg"
     memory = open_memory(path)

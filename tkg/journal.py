@@ -8,8 +8,12 @@ snapshot, then every journalled batch after it, in order.
 
 Segment format (msgpack payloads, like the snapshot)::
 
-    magic (8 bytes) | format version (u16) | entry ...
+    magic (8 bytes) | format version (u16) | meta entry | entry ...
     entry = payload length (u32) | crc32 of the payload (u32) | payload (msgpack map: seq, puts, deletes)
+    meta entry = the same frame, its payload a map {"meta": {"embedder": name, "dim": size}} (format 2)
+
+The meta entry records which embedder made the segment's vectors, so that a memory that has no snapshot yet
+refuses another embedder as a snapshot does (format 1 segments have none and are read as before).
 
 Puts are records in row form (:func:`tkg.codec.encode_record`, vectors as float32 bytes). A batch is whole or
 absent: a torn or corrupt entry at the end of the newest segment (a crash mid-append) is reported and cut off at
@@ -32,7 +36,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import msgpack
 
@@ -42,7 +46,7 @@ from tkg.models import Kind, vector_of
 from tkg.storage import WriteBatch
 
 MAGIC = b"\x89TKGJRN\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEAD = struct.Struct(">H")
 _ENTRY = struct.Struct(">II")  # payload length, crc32
 _MAX_ENTRY = 1 << 31
@@ -87,6 +91,8 @@ class ReadReport:
     cut_segment: str = ""
     #: Each segment's number and the last sequence number in it (0: none).
     last_seq: dict[int, int] = field(default_factory=dict)
+    #: Each segment's number and its meta entry (the embedder that made its vectors), for segments that have one.
+    meta: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def segment_paths(snapshot: Path) -> list[Path]:
@@ -121,8 +127,19 @@ def encode_batch(seq: int, batch: WriteBatch) -> bytes:
     return _ENTRY.pack(len(body), zlib.crc32(body)) + body
 
 
-def _decode_batch(body: bytes) -> Entry:
+def encode_meta(meta: dict[str, Any]) -> bytes:
+    """A segment's meta entry (see the module docstring)."""
+    body: bytes = msgpack.packb({"meta": meta}, use_bin_type=True)
+    return _ENTRY.pack(len(body), zlib.crc32(body)) + body
+
+
+def _decode_entry(body: bytes) -> Entry | dict[str, Any]:
+    """A batch, or a segment's meta (a map)."""
     data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    if "meta" in data and "seq" not in data:
+        if not isinstance(data["meta"], dict):
+            raise ValueError("a meta entry that is not a map")
+        return dict(data["meta"])
     puts = [decode_record(Kind(kind), row) for kind, row in data["puts"]]
     deletes = [(Kind(kind), str(record_id)) for kind, record_id in data["deletes"]]
     return Entry(int(data["seq"]), WriteBatch(puts=puts, deletes=deletes))
@@ -136,13 +153,16 @@ def read_segments(snapshot: Path, *, repair: bool) -> ReadReport:
     for index, path in enumerate(paths):
         newest = index == len(paths) - 1
         before = len(report.entries)
+        metas: list[dict[str, Any]] = []
         try:
             with open(path, "rb") as f:
-                good, cut = _read_segment(f, path, report.entries, newest)
+                good, cut = _read_segment(f, path, report.entries, metas, newest)
         except OSError as exc:
             raise JournalError(f"cannot read the journal segment {path}: {exc}") from None
         found = report.entries[before:]
         report.last_seq[_number_of(path)] = found[-1].seq if found else 0
+        if metas:
+            report.meta[_number_of(path)] = metas[0]
         if cut:
             report.cut_bytes, report.cut_segment = cut, path.name
             if repair:
@@ -156,19 +176,25 @@ def read_segments(snapshot: Path, *, repair: bool) -> ReadReport:
     return report
 
 
-def vector_size(snapshot: Path) -> int | None:
-    """The length of the vectors the journal of ``snapshot`` holds (a journal does not record its embedder; its
-    records' vectors tell their size), or None when it holds none. Reads without repairing."""
-    for entry in read_segments(snapshot, repair=False).entries:
-        for record in entry.batch.puts:
-            vector = vector_of(record)
-            if vector is not None:
-                return len(vector)
-    return None
+def recorded_meta(snapshot: Path) -> dict[str, Any]:
+    """What the journal of ``snapshot`` records of its vectors: ``dim``, their length (None when it holds none),
+    and ``embedder``, which made them, when its newest segment with a meta entry names it (format 1 segments do
+    not: their records' vectors tell the length). Reads without repairing."""
+    read = read_segments(snapshot, repair=False)
+    metas = [read.meta[n] for n in sorted(read.meta)]
+    meta = dict(metas[-1]) if metas else {}
+    if not isinstance(meta.get("dim"), int):
+        meta["dim"] = next(
+            (len(v) for e in read.entries for r in e.batch.puts if (v := vector_of(r)) is not None), None
+        )
+    return meta
 
 
-def _read_segment(f: IO[bytes], path: Path, into: list[Entry], newest: bool) -> tuple[int, int]:
-    """Append the segment's whole entries to ``into``; returns (bytes of whole entries, bytes cut after them)."""
+def _read_segment(
+    f: IO[bytes], path: Path, into: list[Entry], metas: list[dict[str, Any]], newest: bool
+) -> tuple[int, int]:
+    """Append the segment's whole batches to ``into`` and its meta entries to ``metas``; returns (bytes of whole
+    entries, bytes cut after them)."""
     data = f.read()
     head = len(MAGIC) + _HEAD.size
     if len(data) < head and newest:
@@ -192,7 +218,11 @@ def _read_segment(f: IO[bytes], path: Path, into: list[Entry], newest: bool) -> 
                 problem = "a checksum mismatch"
             else:
                 try:
-                    into.append(_decode_batch(body))
+                    decoded = _decode_entry(body)
+                    if isinstance(decoded, Entry):
+                        into.append(decoded)
+                    else:
+                        metas.append(decoded)
                 except (TkgError, ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
                     problem = f"an undecodable entry ({exc})"
         if problem:
@@ -209,9 +239,12 @@ def _read_segment(f: IO[bytes], path: Path, into: list[Entry], newest: bool) -> 
 class Journal:
     """The open journal of one memory: appends batches to its newest segment (see the module docstring)."""
 
-    def __init__(self, snapshot: Path, next_seq: int, policy: JournalPolicy) -> None:
+    def __init__(
+        self, snapshot: Path, next_seq: int, policy: JournalPolicy, meta: dict[str, Any] | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.policy = policy
+        self._meta = meta  # written at the head of each new segment: the embedder that makes its vectors
         self._lock = threading.Lock()
         self._next_seq = next_seq
         paths = segment_paths(snapshot)
@@ -244,10 +277,11 @@ class Journal:
         path = _segment_path(self.snapshot, self._number)
         f = open(path, "ab")  # noqa: SIM115 - kept open for appends, closed by close()/rotate()
         if f.tell() == 0:
-            f.write(MAGIC + _HEAD.pack(FORMAT_VERSION))
+            head = MAGIC + _HEAD.pack(FORMAT_VERSION) + (encode_meta(self._meta) if self._meta is not None else b"")
+            f.write(head)
             f.flush()
             os.fsync(f.fileno())
-            self._bytes += len(MAGIC) + _HEAD.size
+            self._bytes += len(head)
             _sync_directory(self.snapshot.parent)
         self._file = f
 

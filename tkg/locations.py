@@ -22,7 +22,7 @@ from tkg.embedders.base import Embedder
 from tkg.embedders.hashing import HashEmbedder
 from tkg.environment import embedder_choice
 from tkg.errors import ConfigurationError, ValidationError
-from tkg.journal import segment_paths, vector_size
+from tkg.journal import recorded_meta, segment_paths
 from tkg.llm.base import LLMClient
 from tkg.memory import Memory
 from tkg.persistence import unsavable
@@ -111,10 +111,11 @@ def stored_meta(location: Location) -> dict[str, Any] | None:
 
 def known_meta(location: Location) -> dict[str, Any] | None:
     """:func:`stored_meta`, or for a memory whose journal has no snapshot yet (a server stopped before its first
-    one) what the journal tells: the vectors' size (``dim``; the embedder is not recorded there)."""
+    one) what the journal tells: the vectors' size (``dim``) and the embedder that made them (``embedder``, when
+    its segments record it)."""
     meta = stored_meta(location)
     if meta is None and location.path is not None and segment_paths(location.path):
-        return {"dim": vector_size(location.path)}
+        return recorded_meta(location.path)
     return meta
 
 
@@ -214,7 +215,7 @@ def _memory_at(
 
 def _embedder_hint(location: Location, embedder: Embedder, exc: ConfigurationError) -> ConfigurationError:
     """``exc`` or, when the memory records another embedder, an error that names the ``--embedder`` to pass."""
-    meta = stored_meta(location) or {}
+    meta = known_meta(location) or {}
     stored = str(meta.get("embedder", ""))
     if not stored or (stored == embedder.name and meta.get("dim") == embedder.dim):
         return exc

@@ -53,14 +53,14 @@ def unsavable(path: Path) -> str | None:
     return None
 
 
-def _check_meta(path: str | os.PathLike[str], meta: Mapping[str, Any], embedder: Embedder, check: bool) -> None:
+def _check_meta(what: str, meta: Mapping[str, Any], embedder: Embedder, check: bool) -> None:
+    """Refuse ``embedder`` for the vectors that ``meta`` (of a snapshot, or of a journal segment: ``what``)
+    describes, when it makes vectors of another size, or (``check``) is another embedder."""
     if meta.get("dim") != embedder.dim:
-        raise ConfigurationError(
-            f"snapshot {path} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d"
-        )
+        raise ConfigurationError(f"{what} holds {meta.get('dim')}-d vectors; the embedder makes {embedder.dim}-d")
     if check and meta.get("embedder") != embedder.name:
         raise ConfigurationError(
-            f"snapshot {path} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
+            f"{what} was embedded with {meta.get('embedder')!r}, not {embedder.name!r}; "
             "pass the same embedder, or check_embedder=False to mix them knowingly"
         )
 
@@ -99,9 +99,11 @@ def _fill(
     empty store."""
     report = OpenReport(removed_temporaries=[str(p) for p in snapshot.remove_stale_temporaries(path)])
     journal = read_segments(path, repair=repair)
+    for number, meta in journal.meta.items():  # before anything is read in: a memory without a snapshot too
+        _check_meta(f"journal segment {path.name}.journal.{number:06d}", meta, embedder, check_embedder)
     if path.exists():
         with snapshot.open_snapshot(path) as opened:
-            _check_meta(path, opened.meta, embedder, check_embedder)
+            _check_meta(f"snapshot {path}", opened.meta, embedder, check_embedder)
             store = _empty_store(store, embedder)
             opened.restore_into(store)
             report.snapshot = True
@@ -206,7 +208,7 @@ class DurableFiles:
             )
         last = max([report.snapshot_seq, *(e.seq for e in journal_read.entries)], default=0)
         covered = [n for n, seq in journal_read.last_seq.items() if seq and seq <= report.snapshot_seq]
-        journal = Journal(target, last + 1, policy)
+        journal = Journal(target, last + 1, policy, {"embedder": embedder.name, "dim": embedder.dim})
         if covered:  # segments a finished compaction did not get to delete
             journal.drop_through(max(covered))
         files = cls(target, embedder, filled, journal, policy, report, check_embedder)
