@@ -153,6 +153,15 @@ def test_damage_before_the_tail_is_refused_not_guessed(tmp_path: Path) -> None:
         open_memory(path)
 
 
+def opens_and_goes_on(path: Path, held: int) -> None:
+    """The memory at ``path`` opens with ``held`` facts, takes one more, and holds it when opened again."""
+    memory = open_memory(path)
+    assert len(facts_of(memory)) == held
+    write(memory, held)
+    memory.close()
+    assert len(facts_of(open_memory(path))) == held + 1
+
+
 class _OtherEmbedder(HashEmbedder):
     """Vectors of the same size, from another embedder (by name)."""
 
@@ -203,11 +212,7 @@ def test_a_segment_of_the_first_journal_format_opens_as_before(tmp_path: Path) -
         segment.unlink()
     (tmp_path / "m.tkg.journal.000001").write_bytes(old)
     assert journal.recorded_meta(path) == {"dim": 16}  # told by the vectors: no embedder recorded
-    again = open_memory(path)
-    assert len(facts_of(again)) == 1
-    write(again, 1)
-    again.close()
-    assert len(facts_of(open_memory(path))) == 2
+    opens_and_goes_on(path, 1)
 
 
 def test_a_segment_torn_in_its_meta_entry_holds_nothing_and_opens(tmp_path: Path) -> None:
@@ -221,11 +226,7 @@ def test_a_segment_torn_in_its_meta_entry_holds_nothing_and_opens(tmp_path: Path
     newest = segment_paths(path)[-1]
     data = newest.read_bytes()
     newest.write_bytes(data[: len(data) - 5])
-    reopened = open_memory(path)
-    assert len(facts_of(reopened)) == 1
-    write(reopened, 1)
-    reopened.close()
-    assert len(facts_of(open_memory(path))) == 2
+    opens_and_goes_on(path, 1)
 
 
 def test_load_sees_the_journal_too_and_changes_nothing_on_disk(tmp_path: Path) -> None:

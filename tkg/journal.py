@@ -91,8 +91,9 @@ class ReadReport:
     cut_segment: str = ""
     #: Each segment's number and the last sequence number in it (0: none).
     last_seq: dict[int, int] = field(default_factory=dict)
-    #: Each segment's number and its meta entry (the embedder that made its vectors), for segments that have one.
-    meta: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Each segment's file name and its meta entry (the embedder that made its vectors), oldest first, for the
+    #: segments that have one.
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def segment_paths(snapshot: Path) -> list[Path]:
@@ -162,7 +163,7 @@ def read_segments(snapshot: Path, *, repair: bool) -> ReadReport:
         found = report.entries[before:]
         report.last_seq[_number_of(path)] = found[-1].seq if found else 0
         if metas:
-            report.meta[_number_of(path)] = metas[0]
+            report.meta[path.name] = metas[0]
         if cut:
             report.cut_bytes, report.cut_segment = cut, path.name
             if repair:
@@ -181,8 +182,7 @@ def recorded_meta(snapshot: Path) -> dict[str, Any]:
     and ``embedder``, which made them, when its newest segment with a meta entry names it (format 1 segments do
     not: their records' vectors tell the length). Reads without repairing."""
     read = read_segments(snapshot, repair=False)
-    metas = [read.meta[n] for n in sorted(read.meta)]
-    meta = dict(metas[-1]) if metas else {}
+    meta = dict(list(read.meta.values())[-1]) if read.meta else {}
     if not isinstance(meta.get("dim"), int):
         meta["dim"] = next(
             (len(v) for e in read.entries for r in e.batch.puts if (v := vector_of(r)) is not None), None

@@ -30,7 +30,7 @@ class MemoryFiles:
         if self._files is not None and Path(path).resolve() == self._files.path.resolve():
             self.compact()
             return self._files.path.stat().st_size
-        meta = {"embedder": self._embedder.name, "dim": self._embedder.dim, "saved_at": self._clock.now().isoformat()}
+        meta = {**persistence.vectors_meta(self._embedder), "saved_at": self._clock.now().isoformat()}
         # Under the read lock: the snapshot reads each kind and the indexes separately, and a write in between
         # would leave a file whose facts name entities it does not hold.
         with self._locks.read():

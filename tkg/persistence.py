@@ -53,6 +53,12 @@ def unsavable(path: Path) -> str | None:
     return None
 
 
+def vectors_meta(embedder: Embedder) -> dict[str, Any]:
+    """What a snapshot's meta and each journal segment record of the vectors they hold: the embedder that made
+    them and their size (checked on open by :func:`_check_meta`)."""
+    return {"embedder": embedder.name, "dim": embedder.dim}
+
+
 def _check_meta(what: str, meta: Mapping[str, Any], embedder: Embedder, check: bool) -> None:
     """Refuse ``embedder`` for the vectors that ``meta`` (of a snapshot, or of a journal segment: ``what``)
     describes, when it makes vectors of another size, or (``check``) is another embedder."""
@@ -99,8 +105,8 @@ def _fill(
     empty store."""
     report = OpenReport(removed_temporaries=[str(p) for p in snapshot.remove_stale_temporaries(path)])
     journal = read_segments(path, repair=repair)
-    for number, meta in journal.meta.items():  # before anything is read in: a memory without a snapshot too
-        _check_meta(f"journal segment {path.name}.journal.{number:06d}", meta, embedder, check_embedder)
+    for segment, meta in journal.meta.items():  # before anything is read in: a memory without a snapshot too
+        _check_meta(f"journal segment {segment}", meta, embedder, check_embedder)
     if path.exists():
         with snapshot.open_snapshot(path) as opened:
             _check_meta(f"snapshot {path}", opened.meta, embedder, check_embedder)
@@ -208,7 +214,7 @@ class DurableFiles:
             )
         last = max([report.snapshot_seq, *(e.seq for e in journal_read.entries)], default=0)
         covered = [n for n, seq in journal_read.last_seq.items() if seq and seq <= report.snapshot_seq]
-        journal = Journal(target, last + 1, policy, {"embedder": embedder.name, "dim": embedder.dim})
+        journal = Journal(target, last + 1, policy, vectors_meta(embedder))
         if covered:  # segments a finished compaction did not get to delete
             journal.drop_through(max(covered))
         files = cls(target, embedder, filled, journal, policy, report, check_embedder)
@@ -262,12 +268,7 @@ class DurableFiles:
         """A snapshot holding every batch up to ``upto``, built apart from the live store, then the old segments
         deleted."""
         replica, _, _ = _fill(self.path, self.embedder, None, self._check_embedder, repair=False, upto=upto)
-        meta = {
-            "embedder": self.embedder.name,
-            "dim": self.embedder.dim,
-            "saved_at": datetime.now(UTC).isoformat(),
-            "journal_seq": upto,
-        }
+        meta = {**vectors_meta(self.embedder), "saved_at": datetime.now(UTC).isoformat(), "journal_seq": upto}
         snapshot.save(replica, self.path, meta)
         self.journal.drop_through(closed)
 
