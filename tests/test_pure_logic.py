@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -13,9 +14,10 @@ import pytest
 
 from tkg import FixedClock, HashEmbedder, ScriptedLLM
 from tkg.drafts import speaker_of
-from tkg.errors import LLMError, TimestampError, ValidationError
+from tkg.errors import BackendError, LLMError, TimestampError, ValidationError
+from tkg.integrity import check_write, references
 from tkg.llm import GraphExtraction, Prompt
-from tkg.models import Entity, Fact, Verdict, relation_name
+from tkg.models import Entity, Fact, Kind, Mention, Verdict, relation_name
 from tkg.names import normalize_name
 from tkg.ranking import rrf
 from tkg.storage import Hit
@@ -205,3 +207,32 @@ def test_reads_run_together_raise_the_first_failure_in_order_and_begin_none_afte
         assert not busy.done()  # and was not waited for
         release.set()
         busy.result()
+
+
+def test_the_integrity_check_asks_its_lookup_for_exactly_the_references_a_backend_may_read_ahead():
+    """A backend that pays a round trip per lookup reads ``references`` before the check and answers from them
+    (PostgreSQL): the check must ask for those ids and no others, once per kind, and still refuse what dangles."""
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    entity = Entity(id="c", group_id="g", name="C", created_at=now)
+    puts = [
+        _fact(),
+        dataclasses.replace(_fact(), id="f2", source_id="c", target_id="d"),
+        entity,
+        Mention(episode_id="e1", entity_id="a", group_id="g", created_at=now),
+    ]
+    deletes = [(Kind.ENTITY, "c")]  # put and deleted in one write: deleted, so looked up like any other
+    wanted = references(puts, deletes)
+    assert wanted == {Kind.ENTITY: ["a", "b", "c", "d"], Kind.EPISODE: ["e1"]}
+    asked: list[tuple[Kind, list[str]]] = []
+    held = {"a": "g", "b": "g", "c": "g", "d": "g", "e1": "g"}
+
+    def lookup(kind: Kind, ids):
+        asked.append((kind, list(ids)))
+        return {i: held[i] for i in ids if i in held}
+
+    with pytest.raises(BackendError, match="entity 'c'"):  # c is deleted by the write: f2 would dangle
+        check_write(puts, deletes, lookup)
+    assert sorted(asked) == sorted(wanted.items())
+    asked.clear()
+    check_write(puts[:1] + puts[2:], deletes, lookup)
+    assert sorted(asked) == sorted(references(puts[:1] + puts[2:], deletes).items())

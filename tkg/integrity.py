@@ -26,15 +26,17 @@ _EPISODE, _ENTITY, _COMMUNITY = attrgetter("episode_id"), attrgetter("entity_id"
 _ENDPOINTS = (Kind.EPISODE, Kind.ENTITY, Kind.COMMUNITY)
 
 
-def nothing_stored(kind: Kind, ids: Collection[str]) -> Mapping[str, str]:
-    """The lookup of an empty store."""
-    return {}
+def references(puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]]) -> dict[Kind, list[str]]:
+    """The ids :func:`check_write` asks its lookup for, by kind (sorted; a kind with none is left out): those the
+    puts point to that the write itself does not put. A backend that pays a round trip per lookup reads them all at
+    once, before the check."""
+    return {kind: ids for kind, ids in _partition(puts, deletes)[2].items() if ids}
 
 
-def check_write(puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]], stored: Lookup) -> None:
-    """Raise :class:`ValidationError` (not a record) or :class:`BackendError` (a dangling or cross-group
-    reference) if applying ``puts`` then ``deletes`` to a store holding what ``stored`` finds would break the
-    rules above. Whole columns are compared at C speed; the loops that name a culprit run only on failure."""
+def _partition(
+    puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]]
+) -> tuple[dict[Kind, list[Record]], set[tuple[Kind, str]], dict[Kind, list[str]]]:
+    """The puts by kind, the deletes as (kind, id), and per endpoint kind the ids referenced from outside the write."""
     types = tuple(RECORD_TYPES.values())
     by_kind: dict[Kind, list[Record]] = {kind: [] for kind in Kind}
     for record in puts:
@@ -43,16 +45,34 @@ def check_write(puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]], sto
         by_kind[record.kind].append(record)
     deleted = {(Kind(kind), record_id) for kind, record_id in deletes}
     facts, mentions, members = by_kind[Kind.FACT], by_kind[Kind.MENTION], by_kind[Kind.MEMBERSHIP]
-    needed: dict[Kind, set[str]] = {
+    referenced: dict[Kind, set[str]] = {
         Kind.ENTITY: {*map(_SOURCE, facts), *map(_TARGET, facts), *map(_ENTITY, mentions), *map(_ENTITY, members)},
         Kind.EPISODE: set(map(_EPISODE, mentions)),
         Kind.COMMUNITY: set(map(_COMMUNITY, members)),
     }
+    needed = {}
+    for kind in _ENDPOINTS:
+        incoming = {r.id for r in by_kind[kind] if (kind, r.id) not in deleted}
+        needed[kind] = sorted(i for i in referenced[kind] if i not in incoming)
+    return by_kind, deleted, needed
+
+
+def nothing_stored(kind: Kind, ids: Collection[str]) -> Mapping[str, str]:
+    """The lookup of an empty store."""
+    return {}
+
+
+def check_write(puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]], stored: Lookup) -> None:
+    """Raise :class:`ValidationError` (not a record) or :class:`BackendError` (a dangling or cross-group
+    reference) if applying ``puts`` then ``deletes`` to a store holding what ``stored`` finds would break the
+    rules above. ``stored`` is asked once per kind, for the ids of :func:`references` (none: not asked). Whole
+    columns are compared at C speed; the loops that name a culprit run only on failure."""
+    by_kind, deleted, needed = _partition(puts, deletes)
+    facts, mentions, members = by_kind[Kind.FACT], by_kind[Kind.MENTION], by_kind[Kind.MEMBERSHIP]
     groups: dict[Kind, dict[str, str]] = {}
     for kind in _ENDPOINTS:
+        found = stored(kind, needed[kind]) if needed[kind] else {}
         incoming = {r.id: r.group_id for r in by_kind[kind] if (kind, r.id) not in deleted}
-        outside = [i for i in needed[kind] if i not in incoming]
-        found = stored(kind, outside) if outside else {}
         groups[kind] = {**{i: g for i, g in found.items() if (kind, i) not in deleted}, **incoming}
     entity_group = groups[Kind.ENTITY]
     fact_groups = list(map(_GROUP, facts))

@@ -4,13 +4,13 @@ bulk load builds the search indexes once at the end."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Sequence, Set
 from typing import Any
 
 import psycopg
 
 from tkg.errors import BackendError
-from tkg.integrity import check_write
+from tkg.integrity import check_write, references
 from tkg.models import SEARCH_FIELDS, TEXT_KINDS, Fact, Kind, Record
 from tkg.storage import WriteBatch
 
@@ -26,6 +26,9 @@ from .worker import Task
 INDEX_EVERY = 32
 
 Planned = dict[Kind, dict[tuple[str, ...], Prepared]]
+
+#: Which of some ids a table holds, with their groups (the lookup of :func:`tkg.integrity.check_write`).
+_HELD = "SELECT id, group_id FROM {{s}}.{table} WHERE id = ANY(%s::text[])"
 
 
 class Writes(Session):
@@ -101,15 +104,25 @@ class Writes(Session):
         rows put are marked ``indexed`` (else the worker indexes them: .vectors.index_steps)."""
         # First: no repack of the packed postings runs while this transaction may write postings (.terms).
         cur.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [self._packs_lock])
-        check_write([p.record for items in planned.values() for p in items.values()], deletes, self._held(cur))
+        records = [p.record for items in planned.values() for p in items.values()]
+        # The reads the writes depend on go to the server together, one round trip (each on a cursor of its own,
+        # read once all are sent): the records the batch points to (the integrity check's lookup), and the rows
+        # of its puts that exist, locked in one order for every writer, kind by kind and by seq (no deadlocks).
+        asked = {
+            kind: self._send(cur, _HELD.format(table=TABLES[kind].name), [ids])
+            for kind, ids in references(records, deletes).items()
+        }
+        locking = {kind: self._send_existing(cur, kind, sorted(items)) for kind in Kind if (items := planned.get(kind))}
+        held = {kind: {str(i): str(g) for i, g in c.fetchall()} for kind, c in asked.items()}
+        check_write(records, deletes, lambda kind, ids: held[kind])
         delta: Counter[tuple[str, str]] = Counter()
         text = Delta()
         for kind in Kind:
             items = planned.get(kind)
             if items:
-                # Rows that exist are locked first, in one order for every writer (no deadlocks); then the puts go
-                # in batch order, so that new records get their insertion order (seq) as the batch gives it.
-                existing = self._existing(cur, kind, sorted(items))
+                # The puts go in batch order, so that new records get their insertion order (seq) as the batch
+                # gives it.
+                existing = locking[kind].fetchall()
                 for row in existing:
                     delta[(kind.value, row[1])] -= 1
                 for item in items.values():
@@ -171,30 +184,26 @@ class Writes(Session):
     def _existing(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
         """The rows of ``keys`` that exist, locked: (seq, group_id), then for a text kind id and the
         :data:`~tkg.models.SEARCH_FIELDS`."""
+        return self._send_existing(cur, kind, keys).fetchall()
+
+    def _send_existing(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> psycopg.Cursor[Any]:
+        """:meth:`_existing`'s read, sent: its rows are read from the cursor returned."""
         table = TABLES[kind]
         columns = ", ".join(("seq", "group_id", *(("id", *SEARCH_FIELDS[kind]) if kind in TEXT_KINDS else ())))
-        statement = self._q(
-            f"SELECT {columns} FROM {{s}}.{table.name} WHERE {key_filter(kind)} ORDER BY seq FOR UPDATE"
-        )
-        return cur.execute(statement, key_params(keys)).fetchall()
+        statement = f"SELECT {columns} FROM {{s}}.{table.name} WHERE {key_filter(kind)} ORDER BY seq FOR UPDATE"
+        return self._send(cur, statement, key_params(keys))
+
+    def _send(self, cur: psycopg.Cursor[Any], statement: str, params: Any) -> psycopg.Cursor[Any]:
+        """Send ``statement`` (of this schema) in ``cur``'s transaction on a cursor of its own, whose results are
+        read when needed: in pipeline mode, reads sent one after the other share one round trip."""
+        sent = cur.connection.cursor(binary=True)
+        sent.execute(self._q(statement), params)
+        return sent
 
     def _delete(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[str]]:
         table = TABLES[kind]
         statement = self._q(f"DELETE FROM {{s}}.{table.name} WHERE {key_filter(kind)} RETURNING group_id")
         return cur.execute(statement, key_params(sorted(keys))).fetchall()
-
-    def _held(self, cur: psycopg.Cursor[Any]) -> Callable[[Kind, Collection[str]], Mapping[str, str]]:
-        """The lookup :func:`tkg.integrity.check_write` asks: which of these ids the database holds (in this
-        transaction), with their groups."""
-
-        def lookup(kind: Kind, ids: Collection[str]) -> Mapping[str, str]:
-            rows = cur.execute(
-                self._q(f"SELECT id, group_id FROM {{s}}.{TABLES[kind].name} WHERE id = ANY(%s::text[])"),
-                [sorted(ids)],
-            ).fetchall()
-            return {str(i): str(g) for i, g in rows}
-
-        return lookup
 
     def _count(
         self, cur: psycopg.Cursor[Any], delta: Counter[tuple[str, str]], tokens: Counter[tuple[str, str]]
