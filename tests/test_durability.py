@@ -346,10 +346,61 @@ def test_temporary_files_of_killed_saves_are_removed_by_the_next_save_or_open(tm
 def test_a_save_in_progress_is_never_taken_for_a_dead_one(tmp_path: Path) -> None:
     path = tmp_path / "m.tkg"
     holder = tmp_path / ".m.tkg.live.tmp"
-    with open(holder, "wb") as f:
-        snapshot_module._hold(f.fileno())
+    holder.write_bytes(b"x")
+    held = snapshot_module._hold(str(holder))
+    assert held is not None
+    try:
         assert snapshot_module.remove_stale_temporaries(path) == []
         assert holder.exists()
+    finally:
+        os.close(held)
+
+
+def test_a_save_holds_its_temporary_file_until_it_is_renamed(tmp_path: Path, monkeypatch) -> None:
+    """The cleanup that every save, open and load runs finds the file still in use at the rename (the lock was
+    released when the written descriptor closed, before the check and the rename: a save beside it deleted it)."""
+    path = tmp_path / "m.tkg"
+    memory = Memory(embedder=EMB, config=MemoryConfig(communities=None))
+    write(memory, 0)
+    rename = os.replace
+    seen: list[bool] = []
+
+    def replace_after_a_cleanup(source: Any, target: Any) -> None:
+        snapshot_module.remove_stale_temporaries(path)
+        seen.append(Path(source).exists())
+        rename(source, target)
+
+    monkeypatch.setattr(snapshot_module.os, "replace", replace_after_a_cleanup)
+    memory.save(path)
+    assert seen == [True]
+    assert facts_of(Memory.load(path, embedder=EMB)) == facts_of(memory)
+
+
+def test_the_cleanup_of_one_file_leaves_the_temporaries_of_its_namesakes_alone(tmp_path: Path) -> None:
+    """``m.tkg.bak`` and ``m.tkg.side`` saved beside ``m.tkg``: their temporary files match ``.m.tkg.*.tmp`` too."""
+    for name in (".m.tkg.bak.k2x9a1.tmp", ".m.tkg.side.q8z0ab.tmp"):
+        (tmp_path / name).write_bytes(b"x" * 100)
+    (tmp_path / ".m.tkg.dead.tmp").write_bytes(b"x" * 100)
+    assert [p.name for p in snapshot_module.remove_stale_temporaries(tmp_path / "m.tkg")] == [".m.tkg.dead.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.tkg.bak.k2x9a1.tmp", ".m.tkg.side.q8z0ab.tmp"]
+
+
+def test_saves_at_once_to_one_file_and_to_its_namesake_all_succeed(tmp_path: Path) -> None:
+    memory = Memory(embedder=EMB, config=MemoryConfig(communities=None))
+    for i in range(3):
+        write(memory, i)
+    targets = [tmp_path / "m.tkg", tmp_path / "m.tkg", tmp_path / "m.tkg.bak"]
+
+    def saves(target: Path) -> int:
+        for _ in range(8):
+            memory.save(target)
+        return 8
+
+    with ThreadPoolExecutor(len(targets)) as pool:
+        assert sum(pool.map(saves, targets)) == 8 * len(targets)  # each raised FileNotFoundError at times
+    for target in {*targets}:
+        assert facts_of(Memory.load(target, embedder=EMB)) == facts_of(memory)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tkg", "m.tkg.bak"]
 
 
 # -- crashes -----------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import hashlib
 import os
 import struct
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -61,6 +62,7 @@ _THREAD_MIN = 1 << 20  # chunks at least this big are hashed on a helper thread 
 _SYNC_EVERY = 256 << 20  # bytes written between two background flushes to disk
 _VECTOR_ROWS = 16384  # vectors stacked at a time while writing
 _STALE_AGE_S = 3600.0  # where files cannot be locked, a temporary file this old is taken as left by a dead save
+_NEW_FILE_S = 10.0  # an empty unlocked temporary file younger than this may be a save's, between making and locking it
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "OpenedSnapshot", "open_snapshot", "read", "read_meta", "save"]
 
@@ -186,9 +188,11 @@ def _save(store: Store, target: Path, directory: Path, meta: Mapping[str, Any]) 
     # Each section is written as soon as it is encoded (the disk works while the next one is encoded). A value
     # that cannot be encoded stops the save with the temporary file deleted: the target is never touched.
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    # The file is marked in use until it is renamed or deleted, so that a concurrent cleanup leaves it alone: the
+    # lock is held on a descriptor of its own (closing the written one must not release it before the rename).
+    held = _hold(tmp)
     try:
         with os.fdopen(fd, "wb") as out:
-            _hold(out.fileno())  # marks the file as in use: a concurrent cleanup leaves it alone
             writer = _Writer(out)
             try:
                 writer.raw(MAGIC + _VERSION.pack(FORMAT_VERSION))
@@ -220,6 +224,9 @@ def _save(store: Store, target: Path, directory: Path, meta: Mapping[str, Any]) 
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        if held is not None:
+            os.close(held)
     sync_directory(directory)
     return size
 
@@ -265,11 +272,22 @@ def sync_directory(directory: str | os.PathLike[str]) -> None:
             os.close(dir_fd)
 
 
-def _hold(fd: int) -> None:
-    """Lock an open temporary file for the life of the save (released by the OS when the process dies)."""
-    if fcntl is not None:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+def _hold(path: str) -> int | None:
+    """Lock a temporary file for the life of a save (released by the OS when the process dies): the descriptor
+    holding the lock, for the caller to close once the file is renamed or deleted (None where the OS has no file
+    locks, or the lock could not be taken)."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleanup looks at the new file (and leaves it: empty)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
@@ -280,8 +298,11 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
     target = Path(target)
     directory = target.parent if str(target.parent) else Path(".")
     removed: list[Path] = []
+    prefix = f".{target.name}."
     try:
-        candidates = list(directory.glob(f".{target.name}.*.tmp"))
+        # Only this target's own temporaries: those of "name.bak" match the pattern too, with a dot in the middle
+        # (a save's random part has none).
+        candidates = [p for p in directory.glob(f"{prefix}*.tmp") if "." not in p.name[len(prefix) : -len(".tmp")]]
     except OSError:
         return removed
     for candidate in candidates:
@@ -292,9 +313,10 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
                         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:
                         continue  # a live save holds it
+                    info = os.fstat(f.fileno())
+                    if info.st_size == 0 and time.time() - info.st_mtime < _NEW_FILE_S:
+                        continue  # just made by a save that has not locked it yet
                 else:
-                    import time
-
                     if time.time() - os.fstat(f.fileno()).st_mtime < _STALE_AGE_S:
                         continue
                 candidate.unlink()
