@@ -461,6 +461,28 @@ def test_a_view_known_at_a_past_time_shows_facts_as_they_were_then() -> None:
     assert "Alice lives in Paris (2019-01-01 00:00 UTC - present)" in before[-1]
 
 
+def test_a_view_known_at_a_past_time_lists_the_episodes_that_had_stated_the_fact_then() -> None:
+    """The same statement made again later only adds its episode to the fact's provenance: a view known before it
+    lists the episodes of then (it named an episode the memory did not have yet, and that the same view's episode
+    search does not show); removing the later episode takes it out of the record of restatements too."""
+    memory = make()
+    clock = memory.clock
+    assert isinstance(clock, FixedClock)
+    tea = FactInput("Ann", "LIKES", "Tea", valid_at="2020-01-01T00:00:00Z")
+    first = memory.add_facts([tea], group_id="g").episode.id
+    then = clock.now()
+    shown_then = memory.get_all("g", known_at=then)
+    clock.advance(hours=1)
+    again = memory.add_facts([tea], group_id="g").episode.id
+    (stored,) = memory.get_all("g")
+    assert stored.episodes == (first, again)
+    assert memory.get_all("g", known_at=then) == shown_then and shown_then[0].episodes == (first,)
+    assert memory.search("Ann tea", group_ids=["g"], known_at=then).facts[0].record.episodes == (first,)
+    assert {e.record.id for e in memory.search("Ann tea", group_ids=["g"], known_at=then).episodes} == {first}
+    memory.remove_episode(again)
+    assert memory.get_all("g") == shown_then
+
+
 def test_a_fact_superseded_twice_keeps_each_end_it_had_on_the_transaction_timeline(tmp_path: Any) -> None:
     """Oslo since 2020; learnt later: Rome since 2022 (Oslo ends 2022); learnt later still, a late fact: Paris since
     2021 (Oslo ends 2021). A view known between the two still sees Oslo ending in 2022, by Rome -- also after a

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from tkg import invalidation
+from tkg import invalidation, revisions
 from tkg.drafts import Draft, DraftEntity
 from tkg.llm.prompts import AmbiguousName, OpenFact, candidate_numbers
 from tkg.llm.schema import Resolution
@@ -592,8 +592,7 @@ class EpisodePlanner:
             # Only provenance changes; but the time the statement was first made may now be earlier, which can
             # change the order of facts that start at the same instant: settled again below.
             plan.count("fact_verbatim")
-            if self.episode.id not in repeat.episodes:
-                repeat = dataclasses.replace(repeat, episodes=(*repeat.episodes, self.episode.id))
+            repeat = revisions.stated_again(repeat, self.episode.id, self.now)
             plan.facts[repeat.id] = repeat
             new = repeat
         else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tkg import invalidation
+from tkg import invalidation, revisions
 from tkg.community_tier import CommunityTier
 from tkg.config import MemoryConfig
 from tkg.drafts import Draft, from_extraction, name_grams, speaker_of, time_mentions
@@ -488,9 +488,8 @@ class Ingestor:
         deletes: list[tuple[Kind, str]] = []
         gone: dict[str, Fact] = {}
         for fact in store.episode_facts(episode.id):
-            left = tuple(e for e in fact.episodes if e != episode.id)
-            if left:
-                puts[(Kind.FACT, fact.id)] = dataclasses.replace(fact, episodes=left)
+            if any(e != episode.id for e in fact.episodes):
+                puts[(Kind.FACT, fact.id)] = revisions.without_episode(fact, episode.id)
                 result.updated_facts.append(fact.id)
             else:
                 gone[fact.id] = fact

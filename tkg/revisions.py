@@ -14,6 +14,10 @@ An end given by hand (:meth:`tkg.Memory.invalidate_fact`) changes the fact's own
 ``fact.attributes["tkg.ended_by_hand"]`` with when it was recorded and the own end it replaced, so a view known
 before it sees the end it replaced (:func:`own_end_at`).
 
+An episode that states a fact again adds itself to the fact's ``episodes`` (its provenance); each such episode is
+recorded in ``fact.attributes["tkg.restated_by"]`` with when the memory learnt it (:func:`restated`), so a view
+known before it lists the episodes of then, not one it did not have yet.
+
 The rules that write revisions are in :func:`tkg.invalidation.history` (a supersession replaced while its cause
 stays becomes one; a removal is as if the episode had never been added: a state it undoes -- a supersession by a
 removed fact or learnt with one, or holding again learnt with one -- goes back to the revision it replaced,
@@ -36,6 +40,9 @@ REVISIONS = "tkg.revisions"
 #: The attribute that records ends given by hand (:meth:`tkg.Memory.invalidate_fact`), oldest first: the end,
 #: when it was recorded, and the fact's own end before it (ISO-8601 strings, None for open).
 ENDED_BY_HAND = "tkg.ended_by_hand"
+#: The attribute that records the episodes that stated a fact again after it was recorded, oldest first: the
+#: episode's id and when the memory learnt it (ISO-8601).
+RESTATED_BY = "tkg.restated_by"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +87,16 @@ def check_history(fact: Fact) -> None:
     try:
         earlier = revisions_of(fact)
         hand = hand_ends(fact)
+        again = restated(fact)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValidationError(
-            f"fact {fact.id!r}: malformed {REVISIONS!r} or {ENDED_BY_HAND!r} attribute ({exc})"
+            f"fact {fact.id!r}: malformed {REVISIONS!r}, {ENDED_BY_HAND!r} or {RESTATED_BY!r} attribute ({exc})"
         ) from None
-    times = [*(t for r in earlier for t in (r.invalid_at, r.expired_at, r.until)), *(t for pair in hand for t in pair)]
+    times = [
+        *(t for r in earlier for t in (r.invalid_at, r.expired_at, r.until)),
+        *(t for pair in hand for t in pair),
+        *(at for _, at in again),
+    ]
     for when in times:
         if when is not None and when.tzinfo is None:
             raise ValidationError(f"fact {fact.id!r}: a time in its history attributes has no UTC offset")
@@ -115,6 +127,31 @@ def hand_ends(fact: Fact) -> tuple[tuple[datetime, datetime | None], ...]:
         (datetime.fromisoformat(e["recorded_at"]), _time_or_none(e.get("previous_end")))
         for e in fact.attributes.get(ENDED_BY_HAND) or ()
     )
+
+
+def restated(fact: Fact) -> tuple[tuple[str, datetime], ...]:
+    """The episodes that stated the fact again after it was recorded, oldest first: (episode id, when learnt)."""
+    return tuple(
+        (str(e["episode"]), datetime.fromisoformat(e["recorded_at"])) for e in fact.attributes.get(RESTATED_BY) or ()
+    )
+
+
+def stated_again(fact: Fact, episode_id: str, now: datetime) -> Fact:
+    """``fact`` with ``episode_id`` among its episodes, recorded as learnt at ``now`` (itself if it is already)."""
+    if episode_id in fact.episodes:
+        return fact
+    entry = {"episode": episode_id, "recorded_at": now.isoformat()}
+    attributes = {**fact.attributes, RESTATED_BY: [*fact.attributes.get(RESTATED_BY, ()), entry]}
+    return evolve(fact, episodes=(*fact.episodes, episode_id), attributes=attributes)
+
+
+def without_episode(fact: Fact, episode_id: str) -> Fact:
+    """``fact`` as if ``episode_id`` had never stated it (a removal): gone from its episodes and their record."""
+    entries = [e for e in fact.attributes.get(RESTATED_BY) or () if e["episode"] != episode_id]
+    attributes = {k: v for k, v in fact.attributes.items() if k != RESTATED_BY}
+    if entries:
+        attributes[RESTATED_BY] = entries
+    return evolve(fact, episodes=tuple(e for e in fact.episodes if e != episode_id), attributes=attributes)
 
 
 def _time_or_none(text: str | None) -> datetime | None:
@@ -153,23 +190,36 @@ def believed_end(fact: Fact, known_at: datetime) -> datetime | None:
 
 def as_known(fact: Fact, known_at: datetime) -> Fact:
     """``fact`` as the memory held it at ``known_at``: a supersession learnt later is undone (the fact is superseded
-    by what superseded it then, if anything), an end given by hand later is not given yet, and its attributes list
-    only the changes recorded by then. ``fact`` itself when nothing was changed after ``known_at``."""
+    by what superseded it then, if anything), an end given by hand later is not given yet, an episode that stated it
+    again later is not among its episodes yet, and its attributes list only the changes recorded by then. ``fact``
+    itself when nothing was changed after ``known_at``."""
     hand = fact.attributes.get(ENDED_BY_HAND) or ()
     ends = hand_ends(fact)
     later_by_hand = any(recorded_at > known_at for recorded_at, _ in ends)
+    again = restated(fact)
+    later_sources = {episode for episode, recorded_at in again if recorded_at > known_at}
     settled = fact.expired_at is not None and fact.expired_at <= known_at
     earlier = revisions_of(fact)
-    if not later_by_hand and (settled or fact.expired_at is None) and all(r.until <= known_at for r in earlier):
+    if (
+        not later_by_hand
+        and not later_sources
+        and (settled or fact.expired_at is None)
+        and all(r.until <= known_at for r in earlier)
+    ):
         return fact  # nothing changed after known_at
     revision = state_at(fact, known_at)
-    attributes = {k: v for k, v in fact.attributes.items() if k != ENDED_BY_HAND}
+    attributes = {k: v for k, v in fact.attributes.items() if k not in (ENDED_BY_HAND, RESTATED_BY)}
     then = [entry for entry, (recorded_at, _) in zip(hand, ends, strict=True) if recorded_at <= known_at]
     if then:
         attributes[ENDED_BY_HAND] = then
+    sources_then = [entry for entry, (episode, _) in zip(fact.attributes.get(RESTATED_BY) or (), again, strict=True)
+                    if episode not in later_sources]  # fmt: skip
+    if sources_then:
+        attributes[RESTATED_BY] = sources_then
+    episodes = tuple(e for e in fact.episodes if e not in later_sources)
     own = _own_end_at(ends, known_at, fact)
     if settled:
-        return evolve(fact, prior_invalid_at=own, attributes=attributes)
+        return evolve(fact, prior_invalid_at=own, episodes=episodes, attributes=attributes)
     if revision is not None:
         return evolve(
             fact,
@@ -177,9 +227,10 @@ def as_known(fact: Fact, known_at: datetime) -> Fact:
             invalidated_by=revision.invalidated_by,
             expired_at=revision.expired_at,
             prior_invalid_at=own,
+            episodes=episodes,
             attributes=with_revisions(attributes, earlier[: earlier.index(revision)]),
         )
     return evolve(
-        fact, invalid_at=own, expired_at=None, invalidated_by=None, prior_invalid_at=None,
+        fact, invalid_at=own, expired_at=None, invalidated_by=None, prior_invalid_at=None, episodes=episodes,
         attributes=with_revisions(attributes, [r for r in earlier if r.until <= known_at]),
     )  # fmt: skip
