@@ -153,6 +153,45 @@ def test_damage_before_the_tail_is_refused_not_guessed(tmp_path: Path) -> None:
         open_memory(path)
 
 
+@pytest.mark.parametrize("where", ["first batch", "middle batch", "a batch's length", "meta entry"])
+def test_damage_inside_the_newest_segment_with_whole_batches_after_it_is_refused_not_cut(
+    tmp_path: Path, where: str
+) -> None:
+    """A crash tears the last write only: a bad entry with whole batches after it is damage, refused with the file
+    left as it is (it was taken for a torn tail and cut: every later acknowledged write lost, on disk too)."""
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    for i in range(5):
+        write(memory, i)
+    memory.close()
+    newest = segment_paths(path)[-1]
+    data = bytearray(newest.read_bytes())
+    frames = [i for i in range(len(data)) if data.startswith(b"\x83\xa3seq", i)]  # each batch's payload
+    at = {"first batch": frames[0] + 4, "middle batch": frames[2] + 4, "a batch's length": frames[1] - 8}.get(
+        where,
+        frames[0] - 10,  # the meta entry's payload, which ends where the first batch's frame begins
+    )
+    data[at] ^= 0x01
+    newest.write_bytes(bytes(data))
+    for opening in (lambda: Memory.load(path, embedder=EMB), lambda: open_memory(path)):
+        with pytest.raises(JournalError, match="whole batches follow it"):
+            opening()
+        assert newest.read_bytes() == bytes(data)
+
+
+def test_damage_in_the_last_batch_of_the_newest_segment_is_a_torn_write(tmp_path: Path) -> None:
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    for i in range(3):
+        write(memory, i)
+    memory.close()
+    newest = segment_paths(path)[-1]
+    data = bytearray(newest.read_bytes())
+    data[-3] ^= 0x01
+    newest.write_bytes(bytes(data))
+    opens_and_goes_on(path, 2)
+
+
 def opens_and_goes_on(path: Path, held: int) -> None:
     """The memory at ``path`` opens with ``held`` facts, takes one more, and holds it when opened again."""
     memory = open_memory(path)

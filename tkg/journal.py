@@ -16,8 +16,9 @@ The meta entry records which embedder made the segment's vectors, so that a memo
 refuses another embedder as a snapshot does (format 1 segments have none and are read as before).
 
 Puts are records in row form (:func:`tkg.codec.encode_record`, vectors as float32 bytes). A batch is whole or
-absent: a torn or corrupt entry at the end of the newest segment (a crash mid-append) is reported and cut off at
-the last whole batch; damage anywhere else is an error (:class:`tkg.errors.JournalError`), never guessed over.
+absent: a torn or corrupt entry at the end of the newest segment (a crash mid-append: no whole batch after it) is
+reported and cut off at the last whole batch; damage anywhere else -- in an older segment, or with whole batches
+after it -- is an error (:class:`tkg.errors.JournalError`), never guessed over.
 
 Durability (:class:`JournalPolicy`): by default every batch is flushed and ``fdatasync``-ed before the write
 returns (``sync="always"``: an acknowledged write survives a crash of the process or the machine). With
@@ -28,6 +29,7 @@ holds the flushed bytes).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import struct
@@ -113,6 +115,10 @@ def _number_of(segment: Path) -> int:
 
 def _segment_path(snapshot: Path, number: int) -> Path:
     return snapshot.parent / f"{snapshot.name}.journal.{number:06d}"
+
+
+#: The first bytes of every batch payload: msgpack's map of three, and its first key, "seq" (:func:`encode_batch`).
+_BATCH_START = b"\x83\xa3seq"
 
 
 def encode_batch(seq: int, batch: WriteBatch) -> bytes:
@@ -231,9 +237,33 @@ def _read_segment(
                     f"the journal segment {path} is damaged at byte {at} ({problem}) and a newer segment follows; "
                     "restore it from a backup, or move the segments from this one on aside to open what precedes"
                 )
+            after = _whole_batch_after(data, at + 1)
+            if after is not None:  # a crash tears the last write only: what lies before a whole batch is damage
+                raise JournalError(
+                    f"the journal segment {path} is damaged at byte {at} ({problem}), and whole batches follow it "
+                    f"(from byte {after}): not a write torn by a crash. Restore it from a backup; or, to keep only "
+                    f"what precedes the damage, truncate the file to {at} bytes"
+                )
             return at, len(data) - at
         at += _ENTRY.size + length
     return at, 0
+
+
+def _whole_batch_after(data: bytes, start: int) -> int | None:
+    """Where the first whole batch entry at or after byte ``start`` begins (a frame whose checksum holds and whose
+    payload decodes as a batch), or None. Found by the first bytes every batch payload has (:func:`encode_batch`:
+    a map whose first key is "seq"), then checked whole."""
+    find = data.find(_BATCH_START, start + _ENTRY.size)
+    while find >= 0:
+        at = find - _ENTRY.size
+        length, crc = _ENTRY.unpack_from(data, at)
+        body = data[find : find + length]
+        if len(body) == length and zlib.crc32(body) == crc:
+            with contextlib.suppress(TkgError, ValueError, TypeError, KeyError, msgpack.UnpackException):
+                if isinstance(_decode_entry(body), Entry):
+                    return at
+        find = data.find(_BATCH_START, find + 1)
+    return None
 
 
 class Journal:
