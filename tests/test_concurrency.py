@@ -160,5 +160,6 @@ def test_a_durable_memory_under_concurrent_writes_reopens_whole(tmp_path: Path, 
         thread.start()
     for thread in threads:
         thread.join()
+    memory.close()
     reopened = Memory.open(path, embedder=EMB, config=MemoryConfig(communities=None))
     assert {f.fact for f in reopened.records(Kind.FACT) if isinstance(f, Fact)} == set(done)

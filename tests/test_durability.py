@@ -45,6 +45,13 @@ def write(memory: Memory, i: int) -> None:
     memory.add_facts([FactInput(f"P{i}", "LIKES", f"T{i % 7}")], group_id="g")
 
 
+def crashed(memory: Memory) -> None:
+    """What a process that dies holding ``memory`` open leaves: its files as they are, and its writer's lock
+    released by the OS (the memory is not used to write again)."""
+    assert memory._files is not None
+    memory._files._lock.release()
+
+
 # -- the journal ---------------------------------------------------------------------------------------------------
 def test_every_write_is_on_disk_when_the_call_returns(tmp_path: Path) -> None:
     path = tmp_path / "m.tkg"
@@ -54,7 +61,7 @@ def test_every_write_is_on_disk_when_the_call_returns(tmp_path: Path) -> None:
     # removals are journalled too, and their deletes replayed
     memory.remove_episode(memory.episodes("g")[3].id)
     memory.add_facts([FactInput("P0", "LIKES", "T3")], group_id="g")
-    # no close, no save: what a crash leaves
+    crashed(memory)  # no close, no save
     again = open_memory(path)
     assert again._files is not None and again._files.report.replayed == 14 and not path.exists()
     for kind in Kind:  # every record, in the same order
@@ -72,12 +79,14 @@ def test_compaction_folds_the_journal_into_a_snapshot_while_writes_go_on(tmp_pat
     meta, _ = snapshot_module.read(path)
     assert meta["journal_seq"] == 20
     write(memory, 20)
+    memory.close()
     reopened = open_memory(path)
     assert facts_of(reopened) == facts_of(memory) and len(facts_of(memory)) == 21
     assert reopened._files is not None and reopened._files.report.replayed == 1
     # saving a durable memory to its own file is a compaction, never a second source of truth
-    memory.save(path)
+    reopened.save(path)
     assert snapshot_module.read(path)[0]["journal_seq"] == 21
+    reopened.close()
 
 
 def test_automatic_compaction_runs_in_the_background_and_loses_nothing(tmp_path: Path) -> None:
@@ -135,6 +144,7 @@ def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_reported(tmp_path: Path,
     assert newest.stat().st_size == whole  # repaired on disk
     assert len(facts_of(reopened)) == 5
     write(reopened, 5)  # and it goes on after the cut
+    reopened.close()
     assert len(facts_of(open_memory(path))) == 6
 
 
@@ -284,7 +294,7 @@ def test_interval_sync_acknowledges_after_the_flush(tmp_path: Path) -> None:
     memory = open_memory(path, sync="interval", interval=0.01)
     for i in range(10):
         write(memory, i)
-    assert len(facts_of(open_memory(path))) == 10  # a process crash loses nothing: the OS holds the bytes
+    assert len(facts_of(Memory.load(path, embedder=EMB))) == 10  # a process crash loses nothing: the OS has them
     memory.close()
 
 
@@ -383,16 +393,37 @@ def test_temporary_files_of_killed_saves_are_removed_by_the_next_save_or_open(tm
 
 
 def test_a_save_in_progress_is_never_taken_for_a_dead_one(tmp_path: Path) -> None:
+    fcntl = pytest.importorskip("fcntl")
     path = tmp_path / "m.tkg"
     holder = tmp_path / ".m.tkg.live.tmp"
     holder.write_bytes(b"x")
-    held = snapshot_module._hold(str(holder))
-    assert held is not None
-    try:
+    with open(holder, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as a save holds its temporary file
         assert snapshot_module.remove_stale_temporaries(path) == []
         assert holder.exists()
-    finally:
-        os.close(held)
+
+
+def test_a_save_whose_new_temporary_file_a_cleanup_took_makes_another(tmp_path: Path, monkeypatch) -> None:
+    """In the instant between making its temporary file and locking it, a save's file looks like a dead save's to
+    a cleanup beside it, which deletes it: the save then makes another (it failed with FileNotFoundError)."""
+    path = tmp_path / "m.tkg"
+    memory = Memory(embedder=EMB, config=MemoryConfig(communities=None))
+    write(memory, 0)
+    make = snapshot_module.tempfile.mkstemp
+    made: list[str] = []
+
+    def made_then_taken(**kwargs: Any) -> tuple[int, str]:
+        fd, name = make(**kwargs)
+        made.append(name)
+        if len(made) == 1:
+            assert snapshot_module.remove_stale_temporaries(path) == [Path(name)]
+        return fd, name
+
+    monkeypatch.setattr(snapshot_module.tempfile, "mkstemp", made_then_taken)
+    memory.save(path)
+    assert len(made) == 2
+    assert facts_of(Memory.load(path, embedder=EMB)) == facts_of(memory)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tkg"]
 
 
 def test_a_save_holds_its_temporary_file_until_it_is_renamed(tmp_path: Path, monkeypatch) -> None:
@@ -440,6 +471,62 @@ def test_saves_at_once_to_one_file_and_to_its_namesake_all_succeed(tmp_path: Pat
     for target in {*targets}:
         assert facts_of(Memory.load(target, embedder=EMB)) == facts_of(memory)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tkg", "m.tkg.bak"]
+
+
+# -- one writer ---------------------------------------------------------------------------------------------------
+def test_a_memory_open_for_writing_refuses_a_second_writer_and_lets_readers_read(tmp_path: Path) -> None:
+    """Two memories opened on one file each appended batches with their own sequence numbers: after one write of
+    each, the journal no longer opened (out of order). The second open is refused, as is a save of another memory
+    over the file; Memory.load reads it; once closed, it opens again, and no lock file is left."""
+    from tkg.errors import MemoryInUseError
+
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    write(memory, 0)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix != ".lock"}
+    with pytest.raises(MemoryInUseError, match=r"m\.tkg is in use by another writer"):
+        open_memory(path)
+    other = Memory(embedder=EMB, config=MemoryConfig(communities=None))
+    write(other, 1)
+    with pytest.raises(MemoryInUseError):
+        other.save(path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix != ".lock"} == files
+    assert facts_of(Memory.load(path, embedder=EMB)) == {"P0 likes T0"}
+    write(memory, 2)
+    memory.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tkg.journal.000001"]
+    with open_memory(path) as again:
+        assert facts_of(again) == {"P0 likes T0", "P2 likes T2"}
+    other.save(path)  # nobody has it open now: it replaces that memory, journal included
+    assert facts_of(Memory.load(path, embedder=EMB)) == {"P1 likes T1"}  # the old journal was replayed onto it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tkg"]
+    assert snapshot_module.read(path)[0]["journal_seq"] == 2  # covered, were a crash to leave the old segments
+
+
+_HOLD_OPEN = """
+import sys
+from tkg import HashEmbedder, Memory, MemoryConfig
+memory = Memory.open(sys.argv[1], embedder=HashEmbedder(dim=16), config=MemoryConfig(communities=None))
+print("open", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_another_process_cannot_open_a_memory_open_for_writing_until_it_dies(tmp_path: Path) -> None:
+    from tkg.errors import MemoryInUseError
+
+    path = tmp_path / "m.tkg"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_OPEN, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+        with pytest.raises(MemoryInUseError):
+            open_memory(path)
+    finally:
+        child.kill()  # SIGKILL: the OS releases its lock
+        child.wait(timeout=60)
+    opens_and_goes_on(path, 0)
 
 
 # -- crashes -----------------------------------------------------------------------------------------------------

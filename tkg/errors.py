@@ -92,5 +92,10 @@ class JournalError(SnapshotError):
     (a torn tail is repaired on open, not raised)."""
 
 
+class MemoryInUseError(SnapshotError):
+    """The files of a memory are open for writing elsewhere (:meth:`tkg.Memory.open`, in this process or another):
+    one writer at a time, or the two would append to one journal and leave it unreadable."""
+
+
 class BackendError(TkgError):
     """A storage backend failed, or was asked for something it does not support."""

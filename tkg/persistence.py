@@ -24,11 +24,12 @@ from typing import Any
 
 from tkg import snapshot
 from tkg.embedders.base import Embedder
-from tkg.errors import BackendError, ConfigurationError, SnapshotError
+from tkg.errors import BackendError, ConfigurationError, JournalError, SnapshotError
 from tkg.journal import Entry, Journal, JournalPolicy, ReadReport, read_segments, segment_paths
 from tkg.locks import MemoryLocks
 from tkg.models import Kind, Record
 from tkg.storage import Store, WriteBatch
+from tkg.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,31 @@ def save_snapshot(store: Store, path: str | os.PathLike[str], meta: Mapping[str,
     problem = unsavable(Path(path))
     if problem is not None:
         raise SnapshotError(f"cannot save {path}: {problem}")
-    return snapshot.save(store, path, meta)
+    target = Path(path)
+    lock = WriterLock(target).take(shared=True)  # not under an open memory: its journal would not follow
+    try:
+        # A journal beside the file is the replaced memory's: the new snapshot covers it (its journal_seq is the
+        # journal's last), so no open or load replays it onto this one, even if a crash stops its deletion.
+        segments = segment_paths(target)
+        if segments:
+            meta = {**meta, "journal_seq": _last_seq(target, segments)}
+        size = snapshot.save(store, target, meta)
+        for segment in segments:
+            segment.unlink(missing_ok=True)
+        return size
+    finally:
+        lock.release()
+
+
+def _last_seq(target: Path, segments: Sequence[Path]) -> int:
+    """The last sequence number of the journal ``segments`` of ``target``; a damaged journal (which no one could
+    open) is deleted first instead (the save replaces what it held)."""
+    try:
+        return max(read_segments(target, repair=False).last_seq.values(), default=0)
+    except JournalError:
+        for segment in segments:
+            segment.unlink(missing_ok=True)
+        return 0
 
 
 def unsavable(path: Path) -> str | None:
@@ -174,8 +199,10 @@ class DurableFiles:
         policy: JournalPolicy,
         report: OpenReport,
         check_embedder: bool,
+        lock: WriterLock,
     ) -> None:
         self.path = path
+        self._lock = lock
         self.embedder = embedder
         self.store = store
         self.journal = journal
@@ -202,22 +229,28 @@ class DurableFiles:
         if not target.parent.is_dir():
             raise snapshot.SnapshotError(f"cannot open {target}: directory {target.parent} does not exist")
         policy = policy or JournalPolicy()
-        if not target.exists() and not segment_paths(target):
-            if not create:
-                raise snapshot.SnapshotError(f"snapshot {target} does not exist")
-            filled, report, journal_read = _empty_store(store, embedder), OpenReport(), ReadReport()
-        else:
-            filled, report, journal_read = _fill(target, embedder, store, check_embedder, repair=True)
-        if not filled.journals:
-            raise ConfigurationError(
-                f"{type(filled).__name__} persists its own writes; open it with Memory(store=...), not Memory.open()"
-            )
-        last = max([report.snapshot_seq, *(e.seq for e in journal_read.entries)], default=0)
-        covered = [n for n, seq in journal_read.last_seq.items() if seq and seq <= report.snapshot_seq]
-        journal = Journal(target, last + 1, policy, vectors_meta(embedder))
+        if not target.exists() and not segment_paths(target) and not create:
+            raise snapshot.SnapshotError(f"snapshot {target} does not exist")
+        lock = WriterLock(target).take()  # before anything is read: no other writer appends meanwhile
+        try:
+            if not target.exists() and not segment_paths(target):
+                filled, report, journal_read = _empty_store(store, embedder), OpenReport(), ReadReport()
+            else:
+                filled, report, journal_read = _fill(target, embedder, store, check_embedder, repair=True)
+            if not filled.journals:
+                raise ConfigurationError(
+                    f"{type(filled).__name__} persists its own writes; open it with Memory(store=...), not "
+                    "Memory.open()"
+                )
+            last = max([report.snapshot_seq, *(e.seq for e in journal_read.entries)], default=0)
+            covered = [n for n, seq in journal_read.last_seq.items() if seq and seq <= report.snapshot_seq]
+            journal = Journal(target, last + 1, policy, vectors_meta(embedder))
+        except BaseException:
+            lock.release()
+            raise
         if covered:  # segments a finished compaction did not get to delete
             journal.drop_through(max(covered))
-        files = cls(target, embedder, filled, journal, policy, report, check_embedder)
+        files = cls(target, embedder, filled, journal, policy, report, check_embedder, lock)
         journal.on_grow = files._grew
         filled.attach_journal(journal)
         return files
@@ -282,3 +315,4 @@ class DurableFiles:
         self.wait()
         self.store.attach_journal(None)
         self.journal.close()
+        self._lock.release()  # another writer may open the files now

@@ -62,7 +62,6 @@ _THREAD_MIN = 1 << 20  # chunks at least this big are hashed on a helper thread 
 _SYNC_EVERY = 256 << 20  # bytes written between two background flushes to disk
 _VECTOR_ROWS = 16384  # vectors stacked at a time while writing
 _STALE_AGE_S = 3600.0  # where files cannot be locked, a temporary file this old is taken as left by a dead save
-_NEW_FILE_S = 10.0  # an empty unlocked temporary file younger than this may be a save's, between making and locking it
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "OpenedSnapshot", "open_snapshot", "read", "read_meta", "save"]
 
@@ -187,10 +186,7 @@ def _save(store: Store, target: Path, directory: Path, meta: Mapping[str, Any]) 
     export = store.export_indexes() or IndexExport()
     # Each section is written as soon as it is encoded (the disk works while the next one is encoded). A value
     # that cannot be encoded stops the save with the temporary file deleted: the target is never touched.
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    # The file is marked in use until it is renamed or deleted, so that a concurrent cleanup leaves it alone: the
-    # lock is held on a descriptor of its own (closing the written one must not release it before the rename).
-    held = _hold(tmp)
+    fd, tmp, held = _temporary(target, directory)
     try:
         with os.fdopen(fd, "wb") as out:
             writer = _Writer(out)
@@ -272,22 +268,31 @@ def sync_directory(directory: str | os.PathLike[str]) -> None:
             os.close(dir_fd)
 
 
-def _hold(path: str) -> int | None:
-    """Lock a temporary file for the life of a save (released by the OS when the process dies): the descriptor
-    holding the lock, for the caller to close once the file is renamed or deleted (None where the OS has no file
-    locks, or the lock could not be taken)."""
-    if fcntl is None:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleanup looks at the new file (and leaves it: empty)
-    except OSError:
+def _temporary(target: Path, directory: Path) -> tuple[int, str, int | None]:
+    """A new temporary file beside ``target``: its descriptor, its path, and the descriptor holding its lock (None
+    where the OS has no file locks). The file is marked in use until it is renamed or deleted, so that a concurrent
+    cleanup leaves it alone; the lock is held on a descriptor of its own (closing the written one must not release
+    it before the rename). A cleanup may take a new file for a dead save's in the instant before it is locked: then
+    it is gone, and another is made."""
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        if fcntl is None:
+            return fd, tmp, None
+        try:
+            held = os.open(tmp, os.O_RDONLY)
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        fcntl.flock(held, fcntl.LOCK_EX)  # waits only while a cleanup looks at the file
+        mine = os.fstat(fd)
+        try:
+            there = os.stat(tmp)
+        except FileNotFoundError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd, tmp, held
+        os.close(held)
         os.close(fd)
-        return None
-    return fd
 
 
 def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
@@ -313,9 +318,6 @@ def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
                         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:
                         continue  # a live save holds it
-                    info = os.fstat(f.fileno())
-                    if info.st_size == 0 and time.time() - info.st_mtime < _NEW_FILE_S:
-                        continue  # just made by a save that has not locked it yet
                 else:
                     if time.time() - os.fstat(f.fileno()).st_mtime < _STALE_AGE_S:
                         continue
