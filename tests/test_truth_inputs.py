@@ -133,3 +133,24 @@ def test_the_offset_must_be_a_real_one() -> None:
     memory = memory_with(lambda prompt: moved("now"))
     result = memory.add_episode("Ann: hi", group_id="g", reference_time=datetime(2024, 5, 1, tzinfo=UTC) + timedelta(0))
     assert result.episode.reference_offset == 0
+
+
+@pytest.mark.parametrize("bad", [5, None, b"m.tkg", "", ["m.tkg"]])
+def test_a_file_path_that_is_no_path_is_refused_with_tkgs_error(bad: Any) -> None:
+    memory = Memory(embedder=EMB)
+    for call in (
+        lambda: memory.save(bad),
+        lambda: Memory.load(bad, embedder=EMB),
+        lambda: Memory.open(bad, embedder=EMB),
+    ):
+        with pytest.raises(ValidationError, match="file path"):
+            call()
+
+
+def test_get_many_refuses_one_string_for_a_list_of_ids() -> None:
+    memory = Memory(embedder=EMB)
+    memory.add_facts([FactInput("Ann", "LIKES", "Tea")], group_id="g")
+    fact = memory.records(Kind.FACT)[0]
+    assert memory.get_many(Kind.FACT, [fact.id]) == [fact]
+    with pytest.raises(ValidationError, match="not one string"):
+        memory.get_many(Kind.FACT, fact.id)

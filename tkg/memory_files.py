@@ -27,7 +27,7 @@ class MemoryFiles:
         """Write the whole memory to one msgpack file, atomically: the previous file at ``path`` is replaced only
         by a file that has been read back and checked. Returns the file size in bytes. For a memory opened with
         :meth:`tkg.Memory.open`, saving to its own file is :meth:`compact`."""
-        if self._files is not None and Path(path).resolve() == self._files.path.resolve():
+        if self._files is not None and persistence.file_path(path).resolve() == self._files.path.resolve():
             self.compact()
             return self._files.path.stat().st_size
         meta = {**persistence.vectors_meta(self._embedder), "saved_at": self._clock.now().isoformat()}

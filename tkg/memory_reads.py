@@ -39,6 +39,8 @@ class MemoryReads:
     def get_many(self, kind: Kind | str, ids: Sequence[str]) -> list[Record | None]:
         """The records of this kind with these ids, in order; None where there is none."""
         kind = kind_of(kind)
+        if isinstance(ids, str):
+            raise ValidationError(f"ids must be a list of ids, not one string ({ids!r}); get() reads one record")
         with self._locks.read():
             return self._store.get(kind, list(ids))
 

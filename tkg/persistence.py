@@ -24,7 +24,7 @@ from typing import Any
 
 from tkg import snapshot
 from tkg.embedders.base import Embedder
-from tkg.errors import BackendError, ConfigurationError, JournalError, SnapshotError
+from tkg.errors import BackendError, ConfigurationError, JournalError, SnapshotError, ValidationError
 from tkg.journal import Entry, Journal, JournalPolicy, ReadReport, read_segments, segment_paths
 from tkg.locks import MemoryLocks
 from tkg.models import Kind, Record
@@ -38,10 +38,10 @@ def save_snapshot(store: Store, path: str | os.PathLike[str], meta: Mapping[str,
     """Write ``store`` to a snapshot at ``path`` (atomic, verified); returns the file size in bytes. A path that
     cannot be a file (a directory, or in a directory that does not exist) is a :class:`SnapshotError`, before
     anything is written; a failure of the disk itself stays the ``OSError`` it is."""
-    problem = unsavable(Path(path))
+    target = file_path(path)
+    problem = unsavable(target)
     if problem is not None:
         raise SnapshotError(f"cannot save {path}: {problem}")
-    target = Path(path)
     lock = WriterLock(target).take(shared=True)  # not under an open memory: its journal would not follow
     try:
         # A journal beside the file is the replaced memory's: the new snapshot covers it (its journal_seq is the
@@ -66,6 +66,15 @@ def _last_seq(target: Path, segments: Sequence[Path]) -> int:
         for segment in segments:
             segment.unlink(missing_ok=True)
         return 0
+
+
+def file_path(path: object) -> Path:
+    """``path`` (a string or path-like) as a :class:`Path`; :class:`ValidationError` for anything else."""
+    if isinstance(path, str | os.PathLike) and not isinstance(path, bytes):
+        text = os.fspath(path)
+        if isinstance(text, str) and text:
+            return Path(text)
+    raise ValidationError(f"a memory's file path must be a non-empty string or path, not {path!r}")
 
 
 def unsavable(path: Path) -> str | None:
@@ -183,7 +192,7 @@ def load_snapshot(
     """The store filled from the snapshot at ``path`` and the journal beside it, if any (a fresh in-memory store
     unless an empty ``store`` is given), after checking that ``embedder`` made its vectors. Nothing is changed on
     disk, and nothing is kept open."""
-    filled, _, _ = _fill(Path(path), embedder, store, check_embedder, repair=False)
+    filled, _, _ = _fill(file_path(path), embedder, store, check_embedder, repair=False)
     return filled
 
 
@@ -225,7 +234,7 @@ class DurableFiles:
         policy: JournalPolicy | None = None,
         create: bool = True,
     ) -> DurableFiles:
-        target = Path(path)
+        target = file_path(path)
         if not target.parent.is_dir():
             raise snapshot.SnapshotError(f"cannot open {target}: directory {target.parent} does not exist")
         policy = policy or JournalPolicy()
