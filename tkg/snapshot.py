@@ -46,6 +46,7 @@ from tkg.codec import TimeCache, decode_columns, decode_record, encode_columns, 
 from tkg.errors import SnapshotError, SnapshotFormatError, SnapshotVersionError, TkgError
 from tkg.models import Kind
 from tkg.storage import KIND_ORDER, IndexExport, RecordSet, SectionData, Store
+from tkg.writer_lock import still_at
 
 try:
     import fcntl
@@ -284,12 +285,7 @@ def _temporary(target: Path, directory: Path) -> tuple[int, str, int | None]:
             os.close(fd)
             continue
         fcntl.flock(held, fcntl.LOCK_EX)  # waits only while a cleanup looks at the file
-        mine = os.fstat(fd)
-        try:
-            there = os.stat(tmp)
-        except FileNotFoundError:
-            there = None
-        if there is not None and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+        if still_at(held, tmp):
             return fd, tmp, held
         os.close(held)
         os.close(fd)

@@ -52,11 +52,9 @@ class WriterLock:
                 ) from None
             # The file may have been deleted by the writer that held it, between our open and our lock: then the
             # lock is on a file no one else will look at; take the one at the path.
-            with contextlib.suppress(OSError):
-                held, there = os.fstat(fd), os.stat(self.path)
-                if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
-                    self._fd = fd
-                    return self
+            if still_at(fd, self.path):
+                self._fd = fd
+                return self
             os.close(fd)
 
     def release(self) -> None:
@@ -69,6 +67,16 @@ class WriterLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held already when exclusive
             os.unlink(self.path)
         os.close(fd)
+
+
+def still_at(fd: int, path: str | os.PathLike[str]) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path`` (not deleted, nor replaced, since it was opened):
+    a lock taken on it guards what others find at the path."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 #: How long a writer tries the lock before it is refused: the last of several saves holds it exclusively for the
