@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fake_openai_server import FakeOpenAIServer
 
-from tkg import HashEmbedder, Memory
+from tkg import FactInput, HashEmbedder, Memory
 from tkg.cli import main
 from tkg.cli_input import FactLines, MessageLine, parse_jsonl
 from tkg.environment import llm_from_env, make_embedder
@@ -152,6 +152,9 @@ def test_parse_splits_long_fact_runs_under_the_episode_limit() -> None:
             "before valid_at",
         ),
         ('{"content": "Alice: hi", "colour": "red"}', "unknown key(s) colour"),
+        ('{"content": "Alice: hi \\ud800"}', '"content" contains a lone surrogate'),  # valid JSON, not text
+        ('{"speaker": "Alice", "text": "hi \\udc00"}', '"text" contains a lone surrogate'),
+        ('{"subject": "Al\\udc00", "relation": "LIVES_IN", "object": "Oslo"}', '"subject" contains a lone surrogate'),
         ('{"content": "   "}', "non-empty string"),
         ('{"content": "hi", "source": "email"}', '"source" must be one of'),
         ('{"hello": "world"}', "cannot tell what this line is"),
@@ -489,8 +492,17 @@ def test_demo_offline_with_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixt
     # the demo never overwrites a file
     before = path.read_bytes()
     code, out, err = run(capsys, "demo", "--snapshot", str(path), "--embedder", "hash")
-    assert (code, out) == (2, "") and "already exists" in err
+    assert (code, out) == (2, "") and "already holds a memory" in err
     assert path.read_bytes() == before
+    # nor a memory that lives in its journal alone (what a server or Memory.open leaves when stopped before its
+    # first snapshot): it was replaced, and its journal deleted
+    kept = tmp_path / "kept.tkg"
+    with Memory.open(kept, embedder=HashEmbedder()) as memory:
+        memory.add_facts([FactInput("Ann", "LIVES_IN", "Oslo")], group_id="precious")
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = run(capsys, "demo", "--snapshot", str(kept), "--embedder", "hash")
+    assert (code, out) == (2, "") and "already holds a memory" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
 
 
 def test_demo_with_the_default_embedder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,6 +98,7 @@ def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
         '"tkg.revisions": [{"invalid_at": "2024"}]',
         '"tkg.ended_by_hand": [{"at": "2020-01-01", "recorded_at": "2024-01-01T00:00:00+00:00", '
         '"previous_end": "2021-01-01T00:00:00"}]',  # a time without its offset
+        '"tkg.restated_by": [{"episode": "e1"}]',  # when it was learnt is missing
     ):
         edited = tmp_path / "edited.jsonl"
         line = lines[facts_at[0]].replace('"attributes": {}', '"attributes": {' + bad + "}", 1)
@@ -106,6 +107,11 @@ def test_a_bad_import_changes_nothing(tmp_path: Path) -> None:
         with pytest.raises(ValidationError, match=r"history attribute|malformed"):
             fresh.import_jsonl(edited)
         assert fresh.groups() == []
+    snapshot = tmp_path / "m.tkg"  # a snapshot given for an export: binary, not UTF-8
+    memory.save(snapshot)
+    with pytest.raises(ValidationError, match="not UTF-8 text"):
+        fresh.import_jsonl(snapshot)
+    assert fresh.groups() == []
     twice = tmp_path / "twice.jsonl"
     twice.write_text("\n".join([*lines, lines[-1]]) + "\n")  # a record listed twice
     with pytest.raises(ValidationError, match="twice"):

@@ -318,9 +318,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """``tkg demo``: build a small memory from the bundled example and show search, context and time travel."""
     location = location_of(args)
-    if location is not None and location.path is not None and location.path.exists():
+    if (
+        location is not None
+        and location.path is not None
+        and (
+            location.path.exists() or segment_paths(location.path)  # a memory may live in its journal alone
+        )
+    ):
         raise ValidationError(
-            f"{location.path} already exists; the demo writes a new snapshot: remove it or pick another path"
+            f"{location.path} already holds a memory; the demo writes a new snapshot: remove it or pick another path"
         )
     if location is not None:
         check_target(location)

@@ -21,7 +21,7 @@ from typing import Any
 from tkg.config import MemoryConfig
 from tkg.errors import TkgError, ValidationError
 from tkg.inputs import FactInput
-from tkg.models import EpisodeSource, check_id, loads_checked
+from tkg.models import EpisodeSource, check_id, check_text, loads_checked
 from tkg.timeutil import iso, to_utc
 
 __all__ = [
@@ -227,7 +227,7 @@ def _text_field(record: Mapping[str, Any], key: str, *, required: bool, default:
         return default
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f'"{key}" must be a non-empty string, got {json.dumps(value)}')
-    return value
+    return check_text(value, f'"{key}"')  # refused here, before the run hashes the line into its episode id
 
 
 def _time_field(record: Mapping[str, Any], key: str) -> datetime | None:
@@ -278,13 +278,13 @@ def _message_content(value: Any, source: str) -> Any:
             raise ValidationError('"content" is empty')
         if isinstance(value, str):
             try:
-                loads_checked(value, '"content"')
+                loads_checked(check_text(value, '"content"'), '"content"')
             except json.JSONDecodeError as exc:
                 raise ValidationError(f'source is "json" but "content" is not valid JSON: {exc.msg}') from None
         return value
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f'"content" must be a non-empty string, got {json.dumps(value)}')
-    return value
+    return check_text(value, '"content"')
 
 
 def _speaker(value: Any) -> str:

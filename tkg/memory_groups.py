@@ -90,6 +90,8 @@ class MemoryGroups:
                 header, records = formats.read_jsonl(lines, str(source))
         except OSError as exc:
             raise ValidationError(f"cannot read {source}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:  # a snapshot, or another binary file, given for an export
+            raise ValidationError(f"{source}: not UTF-8 text ({exc.reason}), so not a tkg export") from None
         if header.get("embedder") != self._embedder.name or header.get("dim") != self._embedder.dim:
             raise ConfigurationError(
                 f"{source} was exported with the embedder {header.get('embedder')!r} ({header.get('dim')}-d); this "
