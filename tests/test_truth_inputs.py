@@ -154,3 +154,19 @@ def test_get_many_refuses_one_string_for_a_list_of_ids() -> None:
     assert memory.get_many(Kind.FACT, [fact.id]) == [fact]
     with pytest.raises(ValidationError, match="not one string"):
         memory.get_many(Kind.FACT, fact.id)
+
+
+@pytest.mark.parametrize(
+    ("fact", "field"),
+    [
+        (FactInput(" ", "LIKES", "Tea"), "subject"),
+        (FactInput("Ann", "", "Tea"), "relation"),
+        (FactInput("Ann", "LIKES", "Tea", object_label=" "), "object_label"),
+    ],
+)
+def test_an_empty_part_of_a_fact_is_named_in_the_error(fact: FactInput, field: str) -> None:
+    memory = Memory(embedder=EMB)
+    with pytest.raises(ValidationError, match=f"a fact's {field}") as refused:
+        memory.add_facts([fact], group_id="g")
+    assert "FactInput(" not in str(refused.value)  # the message an HTTP client reads, not a Python repr
+    assert memory.groups() == []

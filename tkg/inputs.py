@@ -68,13 +68,15 @@ class FactInput:
     @classmethod
     def of(cls, item: FactInput | Mapping[str, Any]) -> FactInput:
         fact = item if isinstance(item, FactInput) else cls.from_mapping(item)
-        for part in (fact.subject, fact.relation, fact.object):
+        for name in ("subject", "relation", "object"):
+            part = getattr(fact, name)
             if not isinstance(part, str) or not part.strip():
-                raise ValidationError(f"fact {fact!r} has an empty subject, relation or object")
-            check_text(part, "a fact's subject, relation or object")
-        for label in (fact.subject_label, fact.object_label):
+                raise ValidationError(f"a fact's {name} must be a non-empty string, got {part!r}")
+            check_text(part, f"a fact's {name}")
+        for name in ("subject_label", "object_label"):
+            label = getattr(fact, name)
             if not isinstance(label, str) or not label.strip():
-                raise ValidationError(f"fact {fact!r}: an entity label must be a non-empty string")
+                raise ValidationError(f"a fact's {name} (an entity label) must be a non-empty string, got {label!r}")
             check_text(label, "an entity label")
         if fact.fact is not None:
             if not isinstance(fact.fact, str):
