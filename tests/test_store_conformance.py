@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import zlib
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind, Mention
 from tkg.storage import Candidates, WriteBatch
 from tkg.timeline import Filters, make_scope
+from tkg.tokens import MAX_TOKEN_CHARS, tokenize
 
 EMB = HashEmbedder(dim=32)
 DAY = timedelta(days=1)
@@ -210,6 +212,18 @@ def test_text_search_contract(make_store):
     assert store.text_search(Kind.ENTITY, "zebra", 10, scope()) == []
     store.write(WriteBatch(puts=[entity(99, name="quick brown fresh")]))  # found at once (fresh tail)
     assert "e99" in {h.id for h in store.text_search(Kind.ENTITY, "quick brown", 10, scope())}
+
+
+def test_a_text_with_a_word_longer_than_a_database_key_is_stored_and_found_alike(make_store):
+    """A run of 3,000 word characters no compression shrinks (a pasted key, a hex dump): PostgreSQL refused the whole
+    write (a term is a btree key, at most ~2.7 KB) where memory took it. The tokenizer cuts such a run into tokens of
+    MAX_TOKEN_CHARS, so every backend stores it and finds it by the same run."""
+    blob = hashlib.sha256(b"0").hexdigest() * 47  # 3,008 hex digits
+    assert len(tokenize(blob)) == -(-len(blob) // MAX_TOKEN_CHARS)
+    store = make_store(32)
+    store.write(WriteBatch(puts=[episode(1, text=f"the key is {blob} ok"), episode(2, text="another key")]))
+    assert [h.id for h in store.text_search(Kind.EPISODE, blob, 10, scope())] == ["ep1"]
+    assert [h.id for h in store.text_search(Kind.EPISODE, blob[:255], 10, scope())] == ["ep1"]
 
 
 def test_group_scoping_never_leaks(make_store):

@@ -14,7 +14,7 @@ from tkg.errors import ExtractionFailedError, ValidationError
 from tkg.inputs import FactInput
 from tkg.llm import LLMPolicy, Prompt
 from tkg.llm.schema import GraphExtraction
-from tkg.models import EpisodeStatus
+from tkg.models import MAX_NAME_CHARS, EpisodeStatus
 from tkg.storage import Store
 
 EMB = HashEmbedder(dim=32)
@@ -83,8 +83,9 @@ def test_structured_facts_resolve_phrases_on_the_callers_day() -> None:
         moved("now", name="Ber\x00lin"),
         moved("now", sentence="Ann moved to \ud800Berlin"),
         {"entities": [{"name": "Ann", "summary": "Ann was born in \x00"}], "facts": []},
+        moved("now", name="Berlin " * 100),  # a name longer than a database keeps as a key (MAX_NAME_CHARS)
     ],
-    ids=["year-zero", "end-of-time", "month-13", "nul", "lone-surrogate", "nul-in-summary"],
+    ids=["year-zero", "end-of-time", "month-13", "nul", "lone-surrogate", "nul-in-summary", "name-too-long"],
 )
 def test_an_unstorable_answer_is_the_llms_failure_and_retry_works(
     make_store: Callable[[int], Store], answer: dict[str, Any]
@@ -127,6 +128,19 @@ def test_the_callers_unstorable_text_is_refused_at_the_door(bad: str) -> None:
     with pytest.raises(ValidationError):
         memory.add_facts([FactInput("Ann", "MOVED_TO", bad)], group_id="g")
     assert memory.records(Kind.EPISODE) == [] and memory.stats()["groups"] == []
+
+
+def test_a_name_longer_than_a_database_keeps_as_a_key_is_refused_at_the_door_on_every_backend(
+    make_store: Callable[[int], Store],
+) -> None:
+    """PostgreSQL refused the write (a name is a key of its name index, at most ~2.7 KB) where memory took it."""
+    memory = memory_with(lambda prompt: moved("now"), make_store(EMB.dim))
+    long = "Berlin " * 100
+    for fact in (FactInput(long, "LIKES", "Tea"), FactInput("Ann", "LIKES", long)):
+        with pytest.raises(ValidationError, match="a name is at most 500"):
+            memory.add_facts([fact], group_id="g")
+    memory.add_facts([FactInput("B" * MAX_NAME_CHARS, "LIKES", "Tea")], group_id="g")  # the longest is kept
+    assert [e.name for e in memory.records(Kind.ENTITY)] == ["B" * MAX_NAME_CHARS, "Tea"]
 
 
 def test_the_offset_must_be_a_real_one() -> None:

@@ -38,6 +38,7 @@ from tkg.models import (
     Kind,
     Record,
     Vector,
+    check_name,
     check_relation,
     check_storable,
     check_text,
@@ -234,7 +235,7 @@ class Ingestor:
                 extraction, speaker, episode.local_reference, self.config.date_languages, self.ontology
             )
             for entity in draft.entities:
-                check_text(entity.name, "an entity name")
+                check_name(entity.name)
                 check_text(entity.label, "an entity label")
                 check_text(entity.summary, "an entity summary")
                 check_storable(entity.attributes, "an entity's attributes")

@@ -21,6 +21,7 @@ from tkg.models import (
     EpisodeSource,
     check_group_id,
     check_id,
+    check_name,
     check_nesting,
     check_storable,
     check_text,
@@ -72,7 +73,7 @@ class FactInput:
             part = getattr(fact, name)
             if not isinstance(part, str) or not part.strip():
                 raise ValidationError(f"a fact's {name} must be a non-empty string, got {part!r}")
-            check_text(part, f"a fact's {name}")
+            check_text(part, f"a fact's {name}") if name == "relation" else check_name(part, f"a fact's {name}")
         for name in ("subject_label", "object_label"):
             label = getattr(fact, name)
             if not isinstance(label, str) or not label.strip():

@@ -131,6 +131,23 @@ def check_text(value: str, what: str = "text") -> str:
     return value
 
 
+#: The longest entity name (or alias) tkg stores, in characters: a name is a key of PostgreSQL's name index, whose
+#: keys hold at most ~2.7 KB (500 characters of up to 4 UTF-8 bytes each fit), and a name is a few words.
+MAX_NAME_CHARS = 500
+
+
+def check_name(value: str, what: str = "an entity name") -> str:
+    """``value`` if it can be an entity's name: text every store holds (:func:`check_text`), at most
+    :data:`MAX_NAME_CHARS` characters."""
+    check_text(value, what)
+    if len(value) > MAX_NAME_CHARS:
+        raise ValidationError(
+            f"{what} is {len(value):,} characters long; a name is at most {MAX_NAME_CHARS} (is it a sentence? state "
+            "it as a fact or an episode)"
+        )
+    return value
+
+
 #: How deeply lists and maps may nest in what tkg stores (metadata, attributes, JSON episodes): msgpack, which
 #: writes snapshots and journals, refuses past 511 levels, and Python's JSON and recursion stop near 1,000.
 MAX_NESTING = 100
@@ -309,8 +326,11 @@ class Entity(_Record):
         self._check_common()
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValidationError("entity name must be a non-empty string")
+        check_name(self.name)
         self._set("labels", tuple(self.labels))
         self._set("aliases", tuple(self.aliases))
+        for alias in self.aliases:
+            check_name(alias, "an entity alias")
         self._set("attributes", dict(self.attributes))
         self._check_vector("name_embedding")
 

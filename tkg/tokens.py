@@ -16,7 +16,11 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from tkg.memo import Memo
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+#: The longest token, in characters: a longer run of word characters (a pasted key, a hex dump, CJK text without
+#: punctuation) is cut into tokens of this length, as Lucene's standard tokenizer does. PostgreSQL keeps each term
+#: in a btree, whose keys hold at most ~2.7 KB (255 characters of up to 4 UTF-8 bytes each fit).
+MAX_TOKEN_CHARS = 255
+_WORD = re.compile(rf"\w{{1,{MAX_TOKEN_CHARS}}}", re.UNICODE)
 _STOP = frozenset(STOPWORDS_EN)
 # Without PyStemmer's own cache (its words are kept as lists, up to 10,000, which the cycle collector walks at every
 # full collection): _STEMS, in front of it, memoises the stems where the collector does not look (tkg.memo).
