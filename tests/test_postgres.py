@@ -4,6 +4,7 @@ half-written)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
@@ -1291,6 +1292,41 @@ def test_connection_dropped_mid_episode_leaves_nothing(server: EmbeddedPostgres,
     assert memory.get_many(Kind.EPISODE, ["climb"])[0] is not None
     assert store.count(Kind.EPISODE) == before["episodes"] + 1
     store.close()
+
+
+def test_a_write_the_server_committed_before_its_connection_failed_is_not_reported_unwritten(
+    server: EmbeddedPostgres, store: PostgresStore, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """The commit reaches the server, which commits, and the client then loses the answer (the connection dropped,
+    the pipeline's end failing): the write was reported as "nothing of this batch was written", and a caller who
+    wrote it again stored it twice. The transaction's id is looked up instead: committed, the write stands."""
+    memory = Memory(store, embedder=EMB, clock=FixedClock(NOW))
+    memory.add_facts([FactInput("Alice", "KNOWS", "Bob")], group_id="g")
+    conn = store._connection()
+    pipeline = conn.pipeline
+
+    depth = [0]
+
+    @contextlib.contextmanager
+    def answer_lost_after_the_commit() -> Iterator[Any]:
+        """The connection's pipeline, whose outermost use fails once it has ended (the commit sent, run and
+        answered); nested uses (psycopg's own, for the commit) are the real pipeline."""
+        depth[0] += 1
+        try:
+            with pipeline() as inside:
+                yield inside
+            if depth[0] == 1:
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(conn, "pipeline", answer_lost_after_the_commit)
+    added = memory.add_episode("Alice: I met Carol.", group_id="g", episode_id="met", extract=False)
+    assert added.episode.id == "met" and "the server had committed it" in caplog.text
+    monkeypatch.undo()
+    assert memory.get_many(Kind.EPISODE, ["met"])[0] is not None
+    # not committed (the connection lost inside the transaction): the failure stands, as
+    # test_connection_dropped_mid_episode_leaves_nothing checks
 
 
 def test_reads_survive_a_dropped_connection(server: EmbeddedPostgres, store: PostgresStore) -> None:

@@ -39,6 +39,10 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+#: How long a write whose commit failed on the client's side waits for the server to settle it (its old
+#: connection's process ending) before the outcome is reported unknown.
+_SETTLING_S = 5.0
+
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -233,22 +237,56 @@ class Session(Store):
 
     def _transaction(self, body: Callable[[psycopg.Cursor[Any]], None]) -> None:
         """Run ``body`` in one transaction: all of it is written, or nothing. In psycopg's pipeline mode: the
-        statements whose results ``body`` does not read go to the server together, not a round trip each."""
+        statements whose results ``body`` does not read go to the server together, not a round trip each.
+
+        A failure once the commit was sent (the connection lost as it went, or the pipeline's end failing) does not
+        tell whether the server committed: the transaction's id, read with the body's first results, is then looked
+        up on a new connection (``pg_xact_status``). Committed: the write stands and this returns; else the
+        failure is raised, and nothing was written; unknown: a BackendError that says so."""
         with self._lock:
             conn = self._connection()
+            xid: str | None = None
             try:
-                with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur:
+                with conn.pipeline(), conn.transaction(), conn.cursor(binary=True) as cur, conn.cursor() as mark:
+                    mark.execute("SELECT pg_current_xact_id()::text")  # read along with the body's first results
                     body(cur)
-            except psycopg.OperationalError as exc:
-                if conn.broken or conn.closed:
+                    row = mark.fetchone()
+                    xid = str(row[0]) if row else None
+            except psycopg.Error as exc:
+                if xid is not None and self._committed(xid, exc):
+                    return
+                if isinstance(exc, psycopg.OperationalError) and (conn.broken or conn.closed):
                     reason = " ".join(str(exc).split())  # libpq's reasons span lines
                     raise BackendError(
                         f"the connection to PostgreSQL was lost during a write ({reason}); the server rolls back the "
                         "unfinished transaction, so nothing of this batch was written. tkg reconnects on the next call"
                     ) from None
                 raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
-            except psycopg.Error as exc:
-                raise BackendError(f"PostgreSQL refused the write, nothing was written: {exc}") from None
+
+    def _committed(self, xid: str, failure: psycopg.Error) -> bool:
+        """Whether the transaction ``xid``, whose commit failed with ``failure`` on the client's side, was committed
+        by the server (looked up on a sound connection; the caller holds the store's lock)."""
+        deadline = time.monotonic() + _SETTLING_S
+        while True:
+            try:
+                status = self._connection().execute("SELECT pg_xact_status(%s::xid8)", [xid]).fetchone()
+            except (psycopg.Error, BackendError) as exc:
+                raise BackendError(
+                    f"a write to PostgreSQL failed as it committed ({failure}), and whether the server committed it "
+                    f"is unknown: it could not be asked ({exc}). Check the memory before writing it again"
+                ) from None
+            if status is None or status[0] != "in progress" or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)  # the old connection's server process is still ending
+        if status is not None and status[0] == "committed":
+            log.warning("a write to PostgreSQL failed as it committed (%s), but the server had committed it", failure)
+            return True
+        if status is not None and status[0] == "in progress":
+            raise BackendError(
+                f"a write to PostgreSQL failed as it committed ({failure}), and the server is still running it: "
+                "whether it commits is unknown. Check the memory before writing it again"
+            ) from None
+        return False
 
     def claim_embedder(self, name: str) -> None:
         """Record the embedder that writes this schema's vectors (the first to claim it), and refuse another."""
