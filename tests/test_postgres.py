@@ -1329,6 +1329,28 @@ def test_a_write_the_server_committed_before_its_connection_failed_is_not_report
     # test_connection_dropped_mid_episode_leaves_nothing checks
 
 
+def test_a_write_under_a_group_lock_its_dropped_connection_let_go_is_refused(
+    server: EmbeddedPostgres, store: PostgresStore, caplog: Any
+) -> None:
+    """A group lock is a session lock of its own connection: when that connection drops while the lock is held
+    (during an episode's LLM call, say), the server lets it go and another process may write the group. The holder
+    went on writing as if it held it; now its writes check the lock in their transaction and are refused."""
+    ann = Entity(id="e1", group_id="g", name="Ann", created_at=T0)
+    bob = Entity(id="e2", group_id="g", name="Bob", created_at=T0)
+    with store.group_lock("g"):
+        store.write(WriteBatch(puts=[ann]))  # held: written
+        assert store._lock_conn is not None
+        with admin(server) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", [store._lock_conn.info.backend_pid])
+        with pytest.raises(BackendError, match=r"lock of group\(s\) \['g'\] was lost while held"):
+            store.write(WriteBatch(puts=[bob]))
+    assert "could not release the lock of group 'g'" in caplog.text  # its connection is gone, and the lock
+    assert [e.id for e in store.scan(Kind.ENTITY)] == ["e1"]
+    with store.group_lock("g"):  # taken again on a new connection
+        store.write(WriteBatch(puts=[bob]))
+    assert store.count(Kind.ENTITY) == 2
+
+
 def test_reads_survive_a_dropped_connection(server: EmbeddedPostgres, store: PostgresStore) -> None:
     store.write(WriteBatch(puts=[Entity(id="e1", group_id="g", name="Ann", created_at=T0)]))
     with admin(server) as killer:

@@ -52,6 +52,13 @@ class _Reader(threading.local):
     conn: psycopg.Connection[Any] | None = None
 
 
+class _HeldGroups(threading.local):
+    """The group locks this thread holds: each lock's key and the server process of the connection holding it."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, int] = {}
+
+
 class Session(Store):
     """The connection and coordination of a PostgreSQL store (see :class:`~tkg.backends.postgres.PostgresStore`
     for the arguments)."""
@@ -94,6 +101,7 @@ class Session(Store):
         self._group_locks: dict[str, threading.Lock] = {}
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._lock_conn_guard = threading.Lock()
+        self._held_groups = _HeldGroups()
         # Reader connections beyond the store's own, kept between searches, and the threads that use them.
         self._reader = _Reader()
         self._spare: list[psycopg.Connection[Any]] = []
@@ -364,15 +372,22 @@ class Session(Store):
         with local:
             key = f"tkg-group:{self.schema}:{group_id}"
             delay = poll
-            while not self._lock_call("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key):
+            while not (holder := self._lock_call("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key)):
                 time.sleep(delay)  # polling keeps one waiting group from blocking the lock connection
                 delay = min(delay * 2, 0.2)
+            self._held_groups.held[key] = holder  # checked by each write meanwhile (:meth:`_send_lock_checks`)
             try:
                 yield
             finally:
-                self._lock_call("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
+                self._held_groups.held.pop(key, None)
+                try:
+                    self._lock_call("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
+                except BackendError as exc:  # its connection dropped, which let the lock go already
+                    log.warning("could not release the lock of group %r: %s", group_id, exc)
 
-    def _lock_call(self, statement: str, key: str) -> bool:
+    def _lock_call(self, statement: str, key: str) -> int:
+        """Run ``statement`` (true or false) on the lock connection: the server process holding it when true, else
+        0."""
         with self._lock_conn_guard:
             conn = self._lock_conn
             if conn is None or conn.closed or conn.broken:
@@ -381,4 +396,29 @@ class Session(Store):
                 row = conn.execute(statement, [key]).fetchone()  # type: ignore[arg-type]
             except psycopg.Error as exc:
                 raise BackendError(f"PostgreSQL group lock failed: {exc}") from None
-            return bool(row and row[0])
+            return conn.info.backend_pid if row and row[0] else 0
+
+    def _send_lock_checks(self, cur: psycopg.Cursor[Any]) -> Callable[[], None]:
+        """Send, in ``cur``'s transaction, the check that the group locks this thread holds are still held (a lock
+        connection that dropped meanwhile, during an LLM call say, let its locks go: another process may be writing
+        the group); returns what raises, once the results are in, if one is not. Nothing is sent when none is held."""
+        held = dict(self._held_groups.held)
+        if not held:
+            return lambda: None
+        check = cur.connection.cursor()
+        check.execute(
+            "SELECT k.key FROM unnest(%s::text[], %s::int4[]) AS k(key, pid) WHERE NOT EXISTS (SELECT 1 "
+            "FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = k.pid AND l.objsubid = 1 "
+            "AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended(k.key, 0))",
+            [list(held), list(held.values())],
+        )
+
+        def raise_if_lost() -> None:
+            lost = [key.removeprefix(f"tkg-group:{self.schema}:") for (key,) in check.fetchall()]
+            if lost:
+                raise BackendError(
+                    f"the PostgreSQL lock of group(s) {lost} was lost while held (its connection dropped), so another "
+                    "process may have written the group meanwhile: nothing of this write was written; run it again"
+                )
+
+        return raise_if_lost

@@ -104,6 +104,7 @@ class Writes(Session):
         rows put are marked ``indexed`` (else the worker indexes them: .vectors.index_steps)."""
         # First: no repack of the packed postings runs while this transaction may write postings (.terms).
         cur.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [self._packs_lock])
+        locks_held = self._send_lock_checks(cur)
         records = [p.record for items in planned.values() for p in items.values()]
         # The reads the writes depend on go to the server together, one round trip (each on a cursor of its own,
         # read once all are sent): the records the batch points to (the integrity check's lookup), and the rows
@@ -114,6 +115,7 @@ class Writes(Session):
         }
         locking = {kind: self._send_existing(cur, kind, sorted(items)) for kind in Kind if (items := planned.get(kind))}
         held = {kind: {str(i): str(g) for i, g in c.fetchall()} for kind, c in asked.items()}
+        locks_held()
         check_write(records, deletes, lambda kind, ids: held[kind])
         delta: Counter[tuple[str, str]] = Counter()
         text = Delta()
