@@ -139,7 +139,12 @@ MAX_NAME_CHARS = 500
 def check_name(value: str, what: str = "an entity name") -> str:
     """``value`` if it can be an entity's name: text every store holds (:func:`check_text`), at most
     :data:`MAX_NAME_CHARS` characters."""
-    check_text(value, what)
+    return check_text(check_name_length(value, what), what)
+
+
+def check_name_length(value: str, what: str = "an entity name") -> str:
+    """``value`` if it is at most :data:`MAX_NAME_CHARS` characters long (what every record checks; the doors check
+    the text too, :func:`check_name`)."""
     if len(value) > MAX_NAME_CHARS:
         raise ValidationError(
             f"{what} is {len(value):,} characters long; a name is at most {MAX_NAME_CHARS} (is it a sentence? state "
@@ -326,11 +331,11 @@ class Entity(_Record):
         self._check_common()
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValidationError("entity name must be a non-empty string")
-        check_name(self.name)
+        check_name_length(self.name)
         self._set("labels", tuple(self.labels))
         self._set("aliases", tuple(self.aliases))
         for alias in self.aliases:
-            check_name(alias, "an entity alias")
+            check_name_length(alias, "an entity alias")
         self._set("attributes", dict(self.attributes))
         self._check_vector("name_embedding")
 
