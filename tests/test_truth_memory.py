@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.errors import ConfigurationError, ExtractionFailedError, LLMError, TimestampError, ValidationError
-from tkg.llm import LLMPolicy, ScriptedLLM
+from tkg.llm import LLMPolicy, Prompt, ScriptedLLM
 from tkg.llm.rules import RulesLLM
 from tkg.llm.schema import Resolution
 from tkg.memory import FactInput
@@ -481,6 +481,47 @@ def test_a_view_known_at_a_past_time_lists_the_episodes_that_had_stated_the_fact
     assert {e.record.id for e in memory.search("Ann tea", group_ids=["g"], known_at=then).episodes} == {first}
     memory.remove_episode(again)
     assert memory.get_all("g") == shown_then
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["single-valued", "by-verdict"])
+def test_a_verdict_against_a_superseded_fact_keeps_what_superseded_it(declared: bool) -> None:
+    """Acme lives in Oslo from 2018, then in Paris from 2019 (Oslo ends 2019: LIVES_IN declared single-valued, or
+    the LLM says Paris contradicts Oslo). Then "Oslo hosted the Expo" (2010), which the LLM judges to contradict
+    "Acme lives in Oslo". The history was settled among the facts touching Oslo and the Expo only: Paris, which
+    touches neither, was left out, and Oslo came back as current beside it (two homes; with the ontology, a memory
+    that no longer opened). Links are followed wherever they lead: Oslo still ends in 2019, by Paris."""
+    oslo = "Acme is based in Oslo."
+
+    def answer(prompt: Prompt, model: type) -> dict[str, Any]:
+        if model.__name__ == Resolution.__name__:  # the LLM judges against Oslo whatever is new (Paris too)
+            return {
+                "facts": [
+                    {"new": i, "contradicts": [c["number"] for c in f["candidates"] if c["fact"] == oslo]}
+                    for i, f in enumerate(prompt.inputs["facts"], start=1)
+                ]
+            }
+        return {"name": "c", "summary": "s"}
+
+    homes = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}) if declared else None
+    llm = ScriptedLLM(handler=answer)
+    memory = make(llm, ontology=homes)
+    for source, relation, target, sentence, year in (
+        ("Acme", "LIVES_IN", "Oslo", oslo, 2018),
+        ("Acme", "LIVES_IN", "Paris", "Acme is based in Paris.", 2019),
+        ("Oslo", "HOSTED", "Expo", "Oslo hosted the Expo, based in Oslo.", 2010),  # close to Oslo's
+    ):
+        llm.push({"entities": [], "facts": [{"source": source, "target": target, "relation": relation,
+                                             "fact": sentence, "valid_from": str(year)}]})  # fmt: skip
+        memory.add_episode(f"Note of {year}", group_id="g", reference_time=datetime(year, 6, 1, tzinfo=UTC))
+    stored = facts(memory)
+    assert stored[oslo].invalid_at == datetime(2019, 1, 1, tzinfo=UTC)
+    assert stored[oslo].invalidated_by == stored["Acme is based in Paris."].id
+    assert stored["Acme is based in Paris."].expired_at is None
+    assert stored["Oslo hosted the Expo, based in Oslo."].invalid_at == datetime(
+        2018, 1, 1, tzinfo=UTC
+    )  # the verdict holds
+    if homes is not None:
+        Memory(memory._store, embedder=HashEmbedder(dim=64), ontology=homes)  # opens: no two homes at once
 
 
 def test_a_fact_superseded_twice_keeps_each_end_it_had_on_the_transaction_timeline(tmp_path: Any) -> None:

@@ -624,21 +624,18 @@ class EpisodePlanner:
             plan.facts[fact_id] = fact
 
     def _component(self, seed: Fact, plan: GraphPlan) -> dict[str, Fact]:
-        """The facts linked to ``seed`` through statements or contradictions (:func:`tkg.invalidation.component`)
-        among the facts touching its two ends, as the plan now has them: walked link by link from the store
-        (the same slot, the same statement, a verdict either way round) instead of reading every fact of both
-        ends; the facts reached at one step are followed together, a few store reads a step (a statement restated
-        a thousand times is one step, not a thousand reads)."""
-        ends = {seed.source_id, seed.target_id}
+        """The facts linked to ``seed`` through statements or contradictions (:func:`tkg.invalidation.component`),
+        as the plan now has them, wherever the links lead: a fact reached has its end settled from all its links,
+        so a link to a fact of other entities is followed too (a verdict against a fact whose slot holds a fact
+        that superseded it: left out, that supersession was undone). Walked link by link from the store (the same
+        slot, the same statement, a verdict either way round) instead of reading every fact of the entities
+        reached; the facts reached at one step are followed together, a few store reads a step (a statement
+        restated a thousand times is one step, not a thousand reads)."""
         single = self.settings.ontology.single_valued
-        planned = [f for f in plan.facts.values() if f.source_id in ends or f.target_id in ends]
+        planned = list(plan.facts.values())
 
         def current(facts: Sequence[object]) -> list[Fact]:
-            return [
-                plan.facts.get(f.id, f)
-                for f in facts
-                if isinstance(f, Fact) and (f.source_id in ends or f.target_id in ends)
-            ]
+            return [plan.facts.get(f.id, f) for f in facts if isinstance(f, Fact)]
 
         found = {seed.id: seed}
         step = [seed]
@@ -664,7 +661,9 @@ class EpisodePlanner:
                 links += current([plan.facts[i] for i in sorted(named) if i in plan.facts])
                 links += current(self.store.get(Kind.FACT, sorted(i for i in named if i not in plan.facts)))
             judged = {fact.id for fact in step}
-            for f in [*current(self.store.facts_judging(sorted(judged), sorted(ends))), *planned]:
+            # a verdict is between a fact and one of its candidates, which shares one of its ends
+            ends = sorted({end for fact in step for end in (fact.source_id, fact.target_id)})
+            for f in [*current(self.store.facts_judging(sorted(judged), ends)), *planned]:
                 if any(v is not Verdict.COMPATIBLE and i in judged for i, v in f.verdicts.items()):
                     links.append(f)
             step = []
