@@ -293,6 +293,30 @@ def test_failed_extraction_reports_reason_and_retryable_then_retry_requeues() ->
     assert [e.id for e in memory.failed_episodes()] == [refused]
 
 
+def test_a_worker_outlives_an_llm_client_that_raises_what_is_no_exception() -> None:
+    """An LLM client that raises asyncio.CancelledError (a BaseException: an async SDK whose request was cancelled)
+    ended its worker, with the episode "running" and its group busy for ever: nothing more of that group ran, and
+    close() waited for ever. The episode fails (it stays queued in the memory) and the worker goes on."""
+    import asyncio
+
+    class Cancelled:
+        def generate(self, prompt: Prompt, response_model: type[T]) -> T:
+            raise asyncio.CancelledError
+
+    memory = Memory(embedder=HashEmbedder(dim=32), llm=Cancelled())
+    ingestor = BackgroundIngestor(memory, workers=1)
+    first = ingestor.submit("Ann: I moved to Oslo.", group_id="g")
+    second = ingestor.submit("Ann: I moved to Rome.", group_id="g")
+    for episode_id in (first, second):
+        status = ingestor.wait(episode_id, timeout=WAIT)
+        assert status.state == "failed" and "CancelledError" in (status.error or "")
+    assert [e.status for e in memory.queued_episodes()] == [EpisodeStatus.QUEUED] * 2  # kept for a retry
+    closing = threading.Thread(target=ingestor.close)
+    closing.start()
+    closing.join(WAIT)
+    assert not closing.is_alive()
+
+
 def test_without_an_llm_episodes_are_stored_and_retry_is_refused() -> None:
     llm = GateLLM(fail=lambda prompt: LLMError("down"))
     memory = make_memory(llm)

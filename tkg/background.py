@@ -330,7 +330,10 @@ class BackgroundIngestor:
         except TkgError as exc:  # removed meanwhile, the embedder or the store failed: the episode stays queued
             retryable = isinstance(exc, LLMError) and exc.retryable
             return IngestionStatus(episode_id, "failed", error=str(exc), retryable=retryable)
-        except Exception as exc:  # a worker must outlive any one episode; the episode stays queued in the memory
+        except BaseException as exc:
+            # A worker must outlive any one episode, whatever its client raises (an LLM client's
+            # asyncio.CancelledError is no Exception: it ended the worker with the episode "running" and its group
+            # busy, and close() waited forever); the episode stays queued in the memory
             log.exception("background ingestion of episode %s failed unexpectedly; it stays queued", episode_id)
             return IngestionStatus(episode_id, "failed", error=f"{type(exc).__name__}: {exc}")
         return IngestionStatus(episode_id, "done", result=result)
