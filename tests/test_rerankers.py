@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import numpy as np
@@ -45,6 +46,20 @@ def test_mmr_is_greedy_and_penalises_duplicates():
     assert [h.id for h in mmr(query, ["a", "dup", "b"], vectors, 1.0, 3)] == ["a", "dup", "b"]
     assert [h.id for h in mmr(query, ["a", "dup", "b"], vectors, 0.3, 3)] == ["a", "b", "dup"]
     assert mmr(query, [], vectors[:0], 0.5, 3) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.floats(0.0, 1.0))
+def test_mmr_scores_fall_down_the_list(seed: int, n: int, lam: float):
+    """Each score is the candidate's marginal value when it was taken: never above one taken before it (a
+    candidate unlike those taken -- a negative cosine -- rose above the first, so min_score dropped the best)."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(n, 6)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query = vectors[0] * 0.5 + rng.normal(size=6).astype(np.float32)
+    query /= np.linalg.norm(query)
+    scores = [h.score for h in mmr(query, [str(i) for i in range(n)], vectors, lam, n)]
+    assert all(b <= a + 1e-6 for a, b in itertools.pairwise(scores)), scores
 
 
 def test_normalized_and_reorder():

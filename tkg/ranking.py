@@ -30,7 +30,9 @@ def mmr(
     query: npt.NDArray[np.float32], ids: Sequence[str], vectors: npt.NDArray[np.float32], lam: float, k: int
 ) -> list[Hit]:
     """Greedy maximal marginal relevance: repeatedly take the candidate maximising
-    ``lam * sim(query, d) - (1 - lam) * max sim(d, chosen)``; its score is that value when it was taken.
+    ``lam * sim(query, d) - (1 - lam) * max(0, max sim(d, chosen))``; its score is that value when it was taken.
+    Redundancy is never negative: a candidate unlike what was chosen is not redundant, and no more (its score
+    would rise above those taken before it: scores must fall down the list, ``min_score`` cuts at its bottom).
 
     Vectors are unit length (cosine = dot product). ``lam = 1`` is plain cosine order.
 
@@ -44,12 +46,11 @@ def mmr(
         return []
     # einsum, not `@`: multithreaded BLAS is ~100x slower under CPU contention (see backends/memory/vectors.py)
     relevance = np.einsum("ij,j->i", vectors, query)
-    redundancy = np.full(n, -np.inf, dtype=np.float32)
+    redundancy = np.zeros(n, dtype=np.float32)
     taken = np.zeros(n, dtype=bool)
     out: list[Hit] = []
     for _ in range(min(k, n)):
-        penalty = np.where(np.isfinite(redundancy), redundancy, 0.0)
-        scores = np.where(taken, -np.inf, lam * relevance - (1.0 - lam) * penalty)
+        scores = np.where(taken, -np.inf, lam * relevance - (1.0 - lam) * redundancy)
         best = int(np.argmax(scores))  # first maximum: ties keep candidate order
         taken[best] = True
         out.append(Hit(ids[best], float(scores[best])))
