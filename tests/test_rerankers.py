@@ -15,7 +15,7 @@ from tkg.episode_context import time_phrase
 from tkg.errors import ConfigurationError, LLMError
 from tkg.ranking import mmr, normalized, reorder, rrf
 from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer, TermOverlapScorer
-from tkg.search_config import EpisodeContext, Reranker, SearchConfig, TargetConfig
+from tkg.search_config import EpisodeContext, Method, Reranker, SearchConfig, TargetConfig
 from tkg.storage import Hit
 
 
@@ -244,3 +244,37 @@ def test_episode_context_a_session_without_bounds_is_no_evidence():
     assert [s.score for s in dated.search("violin", group_ids="c", config=config).episodes] != [
         s.score for s in dated.search("violin", group_ids="c", config=plain).episodes
     ]
+
+
+def test_a_view_of_the_past_builds_conversation_sessions_from_the_episodes_it_sees():
+    """A turn recorded on 3 May, said between two turns of 1 May, joined them into one session in a view known on
+    2 May, which does not see it: the view ranked differently from the memory as it stood then."""
+    turns = [
+        ("Ann: I adopted a cat named Miso", "2024-05-01T10:00:00Z"),
+        ("Bob: my dog hates the vet", "2024-05-01T11:00:00Z"),
+        ("Ann: the cat Miso sleeps all day", "2024-05-01T12:00:00Z"),
+    ]
+    config = SearchConfig(
+        episodes=TargetConfig(
+            methods=(Method.COSINE,),
+            reranker=Reranker.EPISODE_CONTEXT,
+            candidate_factor=5,
+            min_similarity=-1.0,
+            context=EpisodeContext(bm25_weight=0.0, neighbours=0, entity_weight=0.0, time_weight=0.0),
+        )
+    )
+
+    def ranked(late: bool, **when: str) -> list[tuple[str, float]]:
+        clock = FixedClock("2024-05-02T00:00:00Z")
+        memory = Memory(embedder=HashEmbedder(dim=64), clock=clock)
+        for text, said in turns:
+            memory.add_episode(text, group_id="g", extract=False, reference_time=said)
+        clock.set("2024-05-03T00:00:00Z")
+        if late:
+            said = "2024-05-01T10:30:00Z"  # between the first two turns
+            memory.add_episode("Cid: we talked about pets", group_id="g", extract=False, reference_time=said)
+        found = memory.search("who hates the vet", group_ids=["g"], config=config, **when).episodes
+        return [(s.record.content, round(s.score, 6)) for s in found]
+
+    assert ranked(True, known_at="2024-05-02T12:00:00Z") == ranked(False, known_at="2024-05-02T12:00:00Z")
+    assert ranked(True, as_of="2024-05-01T10:15:00Z") == ranked(False, as_of="2024-05-01T10:15:00Z")

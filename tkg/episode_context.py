@@ -130,7 +130,7 @@ def rerank_episodes(
     for episode_id in sorted(base, key=lambda k: -base[k]):
         if episode_id in session_of:
             continue
-        run, bounded = _session(store, episodes[episode_id], config)
+        run, bounded = _session(store, episodes[episode_id], config, scope)
         index = len(runs)
         runs.append(run)
         if not bounded:
@@ -289,11 +289,17 @@ def _document_terms(contents: tuple[str, ...]) -> tuple[dict[str, int], int]:
     return dict(counts), sum(counts.values())
 
 
-def _session(store: Store, episode: Episode, config: EpisodeContext) -> tuple[list[Episode], bool]:
-    """The episode's session (as far as :data:`SESSION_SCAN` reaches on either side), and whether both of its
-    ends were seen. A session that runs past the scan is not one the reranker can weigh as a unit: episodes
-    stored without times of their own (all stamped within seconds when imported) form one endless "session"."""
-    window = store.episode_window(episode.id, SESSION_SCAN, SESSION_SCAN)
+def _session(store: Store, episode: Episode, config: EpisodeContext, scope: Scope) -> tuple[list[Episode], bool]:
+    """The episode's session among the episodes the view sees (as far as :data:`SESSION_SCAN` reaches on either
+    side), and whether both of its ends were seen. A session that runs past the scan is not one the reranker can
+    weigh as a unit: episodes stored without times of their own (all stamped within seconds when imported) form
+    one endless "session". An episode the view does not see (recorded after ``known_at``, said after ``as_of``)
+    joins no session: a view of the past ranks as the memory of then would."""
+    scanned = store.episode_window(episode.id, SESSION_SCAN, SESSION_SCAN)
+    first = next(i for i, e in enumerate(scanned) if e.id == episode.id)
+    began, finished = first < SESSION_SCAN, len(scanned) - 1 - first < SESSION_SCAN  # the timeline's ends reached
+    sees = scope.unfiltered().admits
+    window = [e for e in scanned if e.id == episode.id or sees(e)]
     at = next(i for i, e in enumerate(window) if e.id == episode.id)
     start = at
     while start > 0 and episode_gap(window[start - 1], window[start]) <= config.session_gap.total_seconds():
@@ -302,7 +308,7 @@ def _session(store: Store, episode: Episode, config: EpisodeContext) -> tuple[li
     while end + 1 < len(window) and episode_gap(window[end], window[end + 1]) <= config.session_gap.total_seconds():
         end += 1
     # An end is seen when the walk stopped at a gap, or at the start or end of the group's timeline.
-    seen = (start > 0 or at < SESSION_SCAN) and (end + 1 < len(window) or len(window) - 1 - at < SESSION_SCAN)
+    seen = (start > 0 or began) and (end + 1 < len(window) or finished)
     return window[start : end + 1], seen
 
 
