@@ -28,7 +28,7 @@ from tkg.communities import (
     partition_distance,
     plurality,
 )
-from tkg.community_summaries import SUMMARIZE_COMMUNITY, SUMMARIZE_MEMBERS, UPDATE_COMMUNITY
+from tkg.community_summaries import SUMMARIZE_COMMUNITY, SUMMARIZE_MEMBERS, UPDATE_COMMUNITY, Member, fallback_digest
 from tkg.community_tier import CommunityTier, read_entity_graph
 from tkg.config import CommunityConfig
 from tkg.errors import ConfigurationError, ValidationError
@@ -802,3 +802,17 @@ def test_communities_do_not_depend_on_the_random_ids(
     extended, refreshed = build(1)
     assert extended and refreshed
     assert (extended, refreshed) == build(-1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    members=st.lists(
+        st.tuples(st.text(min_size=1, max_size=300), st.text(max_size=300), st.integers(0, 5)), min_size=1, max_size=8
+    ),
+    max_chars=st.integers(1, 400),
+)
+def test_a_summary_without_an_llm_is_never_longer_than_asked(members, max_chars):
+    """CommunityConfig.summary_chars cuts the member list: the first member was always written whole (318
+    characters for 100 asked), and the mark of the rest could pass the limit by one."""
+    digest = fallback_digest([Member(n, s, d) for n, s, d in members], max_chars=max_chars)
+    assert len(digest.summary) <= max_chars

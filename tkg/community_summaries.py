@@ -95,17 +95,20 @@ def fallback_digest(members: Sequence[Member], *, name_members: int = 3, max_cha
     """
     ranked = rank_members(members)
     name = ", ".join(m.name for m in ranked[:name_members])
-    head = f"{len(ranked)} members: "
-    parts: list[str] = []
-    used = len(head)
-    for m in ranked:
+    summary = f"{len(ranked)} members: "
+    for i, m in enumerate(ranked):
         part = f"{m.name} ({m.summary})" if m.summary else m.name
-        if parts and used + len(part) + 2 > max_chars:
-            parts.append("…")
+        longer = summary + ("; " if i else "") + part
+        room = max_chars - (len("; …") if i + 1 < len(ranked) else 0)  # what follows must still fit its mark
+        if len(longer) <= room:
+            summary = longer
+        elif i:  # the members so far, and a mark for the rest (room was kept for it)
+            summary += "; …"
             break
-        parts.append(part)
-        used += len(part) + 2
-    return CommunityDigest(name=name, summary=head + "; ".join(parts))
+        else:  # the first member alone is too long: cut
+            summary = longer[: max(0, max_chars - 1)] + "…"
+            break
+    return CommunityDigest(name=name, summary=summary)
 
 
 def _chunks(lines: Sequence[str], max_chars: int) -> list[list[str]]:
