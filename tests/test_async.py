@@ -12,6 +12,7 @@ from test_background import CLOCK, WAIT, GateLLM, live_homes, make_memory, moves
 
 from tkg import (
     AsyncMemory,
+    BackgroundIngestor,
     ConfigurationError,
     EpisodeError,
     EpisodeStatus,
@@ -21,6 +22,7 @@ from tkg import (
     IngestorClosedError,
     Kind,
     LLMError,
+    Memory,
     NotFoundError,
     RulesLLM,
     TimestampError,
@@ -246,3 +248,23 @@ def test_configuration_errors() -> None:
             AsyncMemory(memory, **args)
     with pytest.raises(ConfigurationError):
         AsyncMemory("not a memory")  # type: ignore[arg-type]
+
+
+def test_metadata_goes_through_every_door_of_an_episode() -> None:
+    """Memory.add_episode and queue_episode took metadata; AsyncMemory.add_episode, AsyncMemory.submit and
+    BackgroundIngestor.submit raised TypeError."""
+    memory = Memory(embedder=HashEmbedder(dim=32))
+
+    async def main() -> list[str]:
+        async with AsyncMemory(memory) as doors:
+            added = await doors.add_episode("Ann: hi.", group_id="g", extract=False, metadata={"door": "async"})
+            queued = await doors.submit("Ann: bye.", group_id="g", metadata={"door": "submit"})
+            await doors.wait(queued, timeout=30)
+            return [added.episode.id, queued]
+
+    ids = asyncio.run(main())
+    with BackgroundIngestor(memory, workers=1) as ingestor:
+        ids.append(ingestor.submit("Ann: again.", group_id="g", metadata={"door": "ingestor"}))
+        ingestor.wait(ids[-1], timeout=30)
+    doors = [memory.get(Kind.EPISODE, i).attributes["metadata"]["door"] for i in ids]  # type: ignore[attr-defined]
+    assert doors == ["async", "submit", "ingestor"]

@@ -106,6 +106,7 @@ class AsyncMemory:
         name: str = "",
         episode_id: str | None = None,
         extract: bool | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> EpisodeResult:
         """:meth:`tkg.Memory.add_episode`, awaited: returns once the episode is extracted."""
         return await self._call(
@@ -118,6 +119,7 @@ class AsyncMemory:
             name=name,
             episode_id=episode_id,
             extract=extract,
+            metadata=metadata,
         )
 
     async def add_episodes(
@@ -231,6 +233,7 @@ class AsyncMemory:
         source_description: str = "",
         name: str = "",
         episode_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """:meth:`tkg.BackgroundIngestor.submit`: store the episode as ``queued`` and return its id without
         waiting for its extraction."""
@@ -238,6 +241,7 @@ class AsyncMemory:
         return await self._call(
             background.submit,
             content,
+            metadata=metadata,
             group_id=group_id,
             source=source,
             reference_time=reference_time,

@@ -165,6 +165,7 @@ class BackgroundIngestor:
         source_description: str = "",
         name: str = "",
         episode_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Store an episode as ``queued`` and return its id at once; a worker extracts it later.
 
@@ -183,6 +184,7 @@ class BackgroundIngestor:
                 source_description=source_description,
                 name=name,
                 episode_id=episode_id,
+                metadata=metadata,
             ),
         )
         return episode_id
