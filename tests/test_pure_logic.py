@@ -6,7 +6,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,9 @@ def test_timestamps_must_be_aware_and_sane():
         to_utc("2024-13-01T00:00:00Z")
     with pytest.raises(TimestampError):
         to_utc(12345)  # type: ignore[arg-type]
+    # year 1 at +05:00 is before year 1 in UTC: named in ISO-8601, as a user wrote it (not a Python repr)
+    with pytest.raises(TimestampError, match=r"reference_time 0001-01-01T00:00:00\+05:00 is outside the supported"):
+        to_utc(datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5))), "reference_time")
     t = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     assert from_micros(to_micros(t)) == t
 

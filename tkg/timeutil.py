@@ -35,7 +35,9 @@ def to_utc(value: datetime | str, what: str = "timestamp") -> datetime:
     try:
         result = value.astimezone(UTC)
     except OverflowError:
-        raise TimestampError(f"{what} {value!r} is out of range") from None
+        raise TimestampError(
+            f"{what} {value.isoformat()} is outside the supported range (years 1 to 9999, in UTC)"
+        ) from None
     if not (EARLIEST <= result <= LATEST):
         raise TimestampError(f"{what} {result.isoformat()} is outside the supported range (years 1 to 9999)")
     return result
