@@ -175,3 +175,11 @@ def test_command_line_export_and_import(tmp_path: Path, capsys: pytest.CaptureFi
     csv_args = ["export", "--snapshot", str(snap), "--out", str(tmp_path / "f.csv"), "--format", "csv", *hashed]
     assert main([*csv_args, "--group", "nobody"]) == 2 and "nobody" in capsys.readouterr().err
     assert main([*csv_args, "--group", "ann"]) == 0 and len((tmp_path / "f.csv").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("format", ["jsonl", "csv", "graphml"])
+def test_an_export_to_a_directory_is_refused_naming_it(tmp_path: Path, format: str) -> None:
+    """It failed at the rename with an OSError naming the temporary file ('.out.x1y2: Is a directory')."""
+    with pytest.raises(ValidationError, match=f"cannot write {tmp_path}: it is a directory"):
+        memory_with_history().export(tmp_path, format)
+    assert list(tmp_path.iterdir()) == []  # no temporary file left either

@@ -51,6 +51,8 @@ class MemoryGroups:
             return len(facts) + len(entities)
         if not target.parent.is_dir():
             raise ValidationError(f"cannot write {target}: directory {target.parent} does not exist")
+        if target.is_dir():  # the rename at the end would fail, naming the temporary file
+            raise ValidationError(f"cannot write {target}: it is a directory; name a file in it")
         fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
             if format == "graphml":
