@@ -209,13 +209,13 @@ def as_known(fact: Fact, known_at: datetime) -> Fact:
         return fact  # nothing changed after known_at
     revision = state_at(fact, known_at)
     attributes = {k: v for k, v in fact.attributes.items() if k not in (ENDED_BY_HAND, RESTATED_BY)}
-    then = [entry for entry, (recorded_at, _) in zip(hand, ends, strict=True) if recorded_at <= known_at]
-    if then:
-        attributes[ENDED_BY_HAND] = then
-    sources_then = [entry for entry, (episode, _) in zip(fact.attributes.get(RESTATED_BY) or (), again, strict=True)
-                    if episode not in later_sources]  # fmt: skip
-    if sources_then:
-        attributes[RESTATED_BY] = sources_then
+    for name, entries, times in (
+        (ENDED_BY_HAND, hand, [recorded_at for recorded_at, _ in ends]),
+        (RESTATED_BY, fact.attributes.get(RESTATED_BY) or (), [recorded_at for _, recorded_at in again]),
+    ):
+        then = [entry for entry, recorded_at in zip(entries, times, strict=True) if recorded_at <= known_at]
+        if then:  # the record of each change made by then
+            attributes[name] = then
     episodes = tuple(e for e in fact.episodes if e not in later_sources)
     own = _own_end_at(ends, known_at, fact)
     if settled:
