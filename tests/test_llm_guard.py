@@ -3,6 +3,7 @@ a local OpenAI-compatible server that answers with rate limits, server errors an
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -158,6 +159,41 @@ def test_malformed_json_is_retried_as_invalid_output() -> None:
     with FakeOpenAIServer(chat=lambda request: next(answers)) as srv:
         result = memory_for(srv).add_episode("Alice: hello", group_id="g")
     assert result.usage.retries == 1 and [e.name for e in result.entities] == ["Alice"]
+
+
+def test_the_tokens_of_answers_that_could_not_be_used_are_counted_too() -> None:
+    """The server bills every answer it sends: a malformed one retried, or all of a call that failed for good. The
+    usage kept only the last answer's tokens (0 for a failed call)."""
+    billed: list[tuple[int, int]] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        text = "{not json" if len(billed) % 2 == 0 else ANSWER
+        prompt_tokens = sum(len(str(m.get("content") or "")) // 4 for m in request["messages"])
+        billed.append((prompt_tokens, len(text if isinstance(text, str) else json.dumps(text)) // 4))
+        return text
+
+    with FakeOpenAIServer(chat=answer) as srv:
+        memory = memory_for(srv)
+        result = memory.add_episode("Alice: hello", group_id="g")
+        assert result.usage.retries == 1 and len(billed) == 2
+        assert (result.usage.prompt_tokens, result.usage.completion_tokens) == _total(billed)
+    billed.clear()
+    with FakeOpenAIServer(chat=lambda request: _malformed(request, billed)) as srv:
+        memory = memory_for(srv, max_attempts=3)
+        with pytest.raises(ExtractionFailedError, match="gave up after 3 attempts"):
+            memory.add_episode("Alice: hello", group_id="g")
+        usage = memory.usage
+        assert usage.failures == 1 and len(billed) == 3
+        assert (usage.prompt_tokens, usage.completion_tokens) == _total(billed)
+
+
+def _total(billed: list[tuple[int, int]]) -> tuple[int, int]:
+    return sum(p for p, _ in billed), sum(c for _, c in billed)
+
+
+def _malformed(request: dict[str, Any], billed: list[tuple[int, int]]) -> str:
+    billed.append((sum(len(str(m.get("content") or "")) // 4 for m in request["messages"]), len("{not json") // 4))
+    return "{not json"
 
 
 def test_a_client_error_is_not_retried_and_the_episode_waits_for_retry(server: FakeOpenAIServer) -> None:

@@ -39,13 +39,22 @@ class LLMError(TkgError):
     """The LLM could not be reached, or returned something that does not fit the expected schema.
 
     ``retryable`` says whether trying again may help (rate limits, server errors, timeouts, malformed output);
-    ``retry_after`` is the server's requested wait in seconds, when it sent one.
+    ``retry_after`` is the server's requested wait in seconds, when it sent one; ``spent`` the (prompt,
+    completion) tokens the server reported for the answers it sent that could not be used (they are billed).
     """
 
-    def __init__(self, message: str, *, retryable: bool = False, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        spent: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.spent = spent
 
 
 class ExtractionFailedError(LLMError):

@@ -76,6 +76,7 @@ class GuardedLLM:
         retries are exhausted or the error is not retryable."""
         started = self._monotonic()
         attempt = 0
+        spent: Tokens | None = None  # the tokens of answers that could not be used: billed all the same
         while True:
             attempt += 1
             self._wait_for_rate()
@@ -83,15 +84,21 @@ class GuardedLLM:
                 with self._slots:
                     answer, tokens = self._generate(prompt, response_model)
             except LLMError as exc:
+                if exc.spent is not None:
+                    spent = _plus(spent, Tokens(*exc.spent))
                 if not exc.retryable or attempt >= self.policy.max_attempts:
                     usage.failures += 1
-                    usage.record(prompt, None, self._monotonic() - started, attempt - 1)
+                    usage.record(prompt, spent, self._monotonic() - started, attempt - 1)
                     if attempt > 1:
-                        raise LLMError(f"{exc} (gave up after {attempt} attempts)", retryable=exc.retryable) from exc
+                        raise LLMError(
+                            f"{exc} (gave up after {attempt} attempts)",
+                            retryable=exc.retryable,
+                            spent=None if spent is None else (spent.prompt, spent.completion),
+                        ) from exc
                     raise
                 self._sleep(self._delay(attempt, exc.retry_after))
                 continue
-            usage.record(prompt, tokens, self._monotonic() - started, attempt - 1)
+            usage.record(prompt, _plus(spent, tokens), self._monotonic() - started, attempt - 1)
             return answer
 
     def _generate(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens]:
@@ -129,3 +136,10 @@ class GuardedLLM:
             self._next_start = start + interval
         if start > now:
             self._sleep(start - now)
+
+
+def _plus(a: Tokens | None, b: Tokens) -> Tokens:
+    """Two calls' tokens together (estimated if either was)."""
+    if a is None:
+        return b
+    return Tokens(a.prompt + b.prompt, a.completion + b.completion, a.estimated or b.estimated)

@@ -128,6 +128,7 @@ class OpenAILLM:
                 f"{self._reason(exc, response_model)}",
                 retryable=retryable,
                 retry_after=retry_after,
+                spent=_spent(exc),
             ) from exc
         if not isinstance(result, response_model):
             raise LLMError(
@@ -192,3 +193,14 @@ def _retry_hint(exc: BaseException) -> tuple[bool, float | None]:
 def _shorten(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
+
+
+def _spent(exc: BaseException) -> tuple[int, int] | None:
+    """The (prompt, completion) tokens the server reported for the answers of a call that failed on them (instructor
+    sums its attempts' usage), or None when it sent none."""
+    usage = getattr(exc, "total_usage", None) if isinstance(exc, InstructorRetryException) else None
+    prompt_tokens = getattr(usage, "prompt_tokens", None)
+    if not isinstance(prompt_tokens, int) or not prompt_tokens:
+        return None
+    completion_tokens = getattr(usage, "completion_tokens", None)
+    return prompt_tokens, completion_tokens if isinstance(completion_tokens, int) else 0
