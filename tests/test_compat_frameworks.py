@@ -8,7 +8,14 @@ import asyncio
 import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    HumanMessage,
+    HumanMessageChunk,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -151,6 +158,47 @@ def test_llamaindex_memory_flushes_into_the_block(memory: Memory) -> None:
     handed = chat.get()
     assert any("User lives in Lisbon" in (m.content or "") for m in handed)
     assert "User lives in Lisbon" in {f.fact for f in memory.get_all("u1")}
+
+
+def test_langchain_history_keeps_a_streamed_answer_as_the_assistants(memory: Memory) -> None:
+    """A streamed chat model answers with an AIMessageChunk: it was stored under the role (and speaker)
+    "AIMessageChunk" and read back as a ChatMessage of that role."""
+    history = TkgChatMessageHistory(memory, "u1", extract=False)
+    history.add_messages([HumanMessageChunk(content="hi"), AIMessageChunk(content="hello there")])
+    assert [(type(m), m.content) for m in history.messages] == [(HumanMessage, "hi"), (AIMessage, "hello there")]
+    assert [e.content for e in memory.episodes("u1")] == ["User: hi", "Assistant: hello there"]
+
+
+def test_llamaindex_block_answers_a_long_or_blank_user_message() -> None:
+    """The framework's get() raised tkg's errors on a pasted text longer than a query (its end is asked now) and on a
+    blank message (nothing is asked)."""
+    memory = Memory(embedder=HashEmbedder(dim=32))
+    memory.add_facts([FactInput("Ann", "LIVES_IN", "Lisbon")], group_id="u1")
+    block = TkgMemoryBlock(name="tkg", memory=memory, group_id="u1")
+    pasted = "lorem " * 3_000 + "Where does Ann live?"
+    assert "Ann lives in Lisbon" in asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content=pasted)]))
+    assert asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content="   ")])) == ""
+
+
+def test_llamaindex_block_keeps_a_batch_with_a_message_longer_than_an_episode() -> None:
+    """The framework lets the messages go before it hands them to the block: one message over max_episode_chars
+    failed the block's one write, and the whole batch was lost. It is kept in parts."""
+    memory = Memory(embedder=HashEmbedder(dim=32))
+    block = TkgMemoryBlock(name="tkg", memory=memory, group_id="u1", extract=False)
+    thesis = "Here is my thesis: " + "lorem " * 20_000
+    asyncio.run(
+        block.aput(
+            [
+                ChatMessage(role=MessageRole.USER, content="I moved to Lisbon in May."),
+                ChatMessage(role=MessageRole.USER, content=thesis),
+                ChatMessage(role=MessageRole.ASSISTANT, content="That is long."),
+            ]
+        )
+    )
+    stored = [e.content for e in memory.episodes("u1")]
+    assert stored[0] == "User: I moved to Lisbon in May." and stored[-1] == "Assistant: That is long."
+    parts = [text.removeprefix("User: ") for text in stored[1:-1]]
+    assert len(parts) == 2 and "".join(parts).split() == thesis.split()  # in parts (their edges' spaces trimmed)
 
 
 def test_llamaindex_retriever(memory: Memory) -> None:

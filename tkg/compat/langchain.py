@@ -31,6 +31,7 @@ __all__ = ["TkgChatMessageHistory", "TkgRetriever", "documents"]
 #: The source description of the episodes the chat history writes.
 SOURCE = "langchain"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system"}
+_CLASS_ROLES = ((HumanMessage, "user"), (AIMessage, "assistant"), (SystemMessage, "system"))
 
 
 class TkgChatMessageHistory(BaseChatMessageHistory):
@@ -99,7 +100,12 @@ def _document(record: Fact | Episode, score: float) -> Document:
 
 
 def _plain(message: BaseMessage) -> dict[str, Any]:
-    role = message.role if isinstance(message, ChatMessage) else _ROLES.get(message.type, message.type)
+    # By class, not by type name: a streamed answer is an AIMessageChunk (a subclass of AIMessage, of type
+    # "AIMessageChunk"), and it was stored under that name as its role and speaker.
+    if isinstance(message, ChatMessage):
+        role = message.role
+    else:
+        role = next((r for cls, r in _CLASS_ROLES if isinstance(message, cls)), _ROLES.get(message.type, message.type))
     content = message.content if isinstance(message.content, str) else message.text
     return {"role": role, "content": content, "name": message.name}
 

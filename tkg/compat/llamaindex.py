@@ -28,6 +28,8 @@ __all__ = ["TkgMemoryBlock", "TkgRetriever"]
 
 #: The source description of the episodes the memory block writes.
 SOURCE = "llamaindex"
+#: Characters of an episode kept for the speaker's name and punctuation around a message's text.
+_ROOM = 200
 
 
 class TkgMemoryBlock(BaseMemoryBlock[str]):
@@ -42,16 +44,25 @@ class TkgMemoryBlock(BaseMemoryBlock[str]):
     extract: bool | None = None
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
-        query = next((m.content for m in reversed(messages or []) if m.role.value == "user" and m.content), None)
+        query = next(
+            (m.content for m in reversed(messages or []) if m.role.value == "user" and (m.content or "").strip()), None
+        )
         if not query or self.group_id not in self.memory.groups():
             return ""
+        # A user message longer than a query may be (a pasted text, its question last): its end is asked, so that
+        # the agent's turn goes on (the framework's get() raised)
+        query = query[-self.memory.config.max_query_chars :]
         return await asyncio.to_thread(self.memory.context, query, group_ids=[self.group_id], max_chars=self.max_chars)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
+        # One write for the batch, all or nothing; the framework has let these messages go already, so a message
+        # longer than an episode may be is kept in parts (else the whole batch was lost).
+        size = self.memory.config.max_episode_chars - _ROOM
         plain = [
-            {"role": m.role.value, "content": m.content, "name": m.additional_kwargs.get("name")}
+            {"role": m.role.value, "content": m.content[at : at + size], "name": m.additional_kwargs.get("name")}
             for m in messages
             if isinstance(m.content, str) and m.content.strip()
+            for at in range(0, len(m.content), size)
         ]
         parsed = parse_messages(plain)
         if parsed:
