@@ -567,6 +567,18 @@ def test_a_failed_import_into_a_new_snapshot_leaves_no_file(tmp_path: Path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
 
 
+def test_a_failed_ingest_into_a_new_store_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An ingestion refused once the memory was opened (a group id that is none) left an empty journal."""
+    path = write_jsonl(tmp_path / "in.jsonl", [MESSAGES[0]])
+    args = ("ingest", str(path), "--snapshot", str(tmp_path / "m.tkg"), "--embedder", "hash", "--no-llm")
+    code, _, err = run(capsys, *args, "--group", "bad group!")
+    assert code == 2 and "group_id 'bad group!' is invalid" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+    code, _, err = run(capsys, *args, "--group", "g")  # what it writes, it keeps
+    assert code == 0, err
+    assert Memory.load(tmp_path / "m.tkg", embedder=HashEmbedder()).stats()["records"]["episode"] == 1
+
+
 def test_read_only_commands_open_a_memory_whose_journal_has_no_snapshot_yet(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

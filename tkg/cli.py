@@ -20,8 +20,8 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from tkg.environment import (
 )
 from tkg.errors import TkgError, ValidationError
 from tkg.export import FORMATS
-from tkg.journal import segment_paths
+from tkg.journal import read_segments, segment_paths
 from tkg.llm.guard import LLMPolicy
 from tkg.locations import (
     Location,
@@ -113,7 +113,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     llm = None if args.no_llm else llm_from_env()
     config = MemoryConfig(llm_policy=LLMPolicy(max_concurrency=args.concurrency))
     total = sum(lines_of(item) for item in items)
-    with opened(location, make_embedder(args.embedder), llm, create=True, durable=True, config=config) as memory:
+    with (
+        _no_empty_memory_left(location),
+        opened(location, make_embedder(args.embedder), llm, create=True, durable=True, config=config) as memory,
+    ):
         with progress_bar(total, "ingest", enabled=args.progress) as bar:
             stop = threading.Event()
             report = interruptible(
@@ -203,19 +206,38 @@ def cmd_import(args: argparse.Namespace) -> int:
     location = _where(args)
     check_target(location)
     # An import is all or nothing: one into a snapshot that did not exist leaves no file behind when it fails.
-    fresh = location.path is not None and not location.path.exists() and not segment_paths(location.path)
-    try:
-        with opened(location, make_embedder(args.embedder), create=True, durable=True) as memory:
-            imported = memory.import_jsonl(args.file)
-            where, totals = _saved(memory, location), record_counts(memory)
-    except BaseException:
-        if fresh and location.path is not None:
-            for made in [location.path, *segment_paths(location.path)]:
-                made.unlink(missing_ok=True)
-        raise
+    with (
+        _no_empty_memory_left(location),
+        opened(location, make_embedder(args.embedder), create=True, durable=True) as memory,
+    ):
+        imported = memory.import_jsonl(args.file)
+        where, totals = _saved(memory, location), record_counts(memory)
     print(f"imported {args.file}: {count_line(imported)}")
     print(f"saved {where}: {count_line(totals)} in total")
     return 0
+
+
+@contextmanager
+def _no_empty_memory_left(location: Location) -> Iterator[None]:
+    """A command that makes a new memory at ``location`` and fails before it wrote anything leaves no file behind
+    (an import or an ingestion refused after the memory was opened); what it wrote, it keeps."""
+    path = location.path
+    fresh = path is not None and not path.exists() and not segment_paths(path)
+    try:
+        yield
+    except BaseException:
+        if fresh and path is not None and not path.exists() and not _journalled(path):
+            for made in segment_paths(path):
+                made.unlink(missing_ok=True)
+        raise
+
+
+def _journalled(path: Path) -> bool:
+    """Whether the journal of ``path`` holds a batch (a damaged one counts: it is kept)."""
+    try:
+        return bool(read_segments(path, repair=False).entries)
+    except TkgError:
+        return True
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
