@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -603,3 +604,24 @@ def test_read_only_commands_open_a_memory_whose_journal_has_no_snapshot_yet(
         assert "Ann" in (tmp_path / out_name).read_text(encoding="utf-8")
         (tmp_path / out_name).unlink()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+
+
+def test_user_text_printed_to_a_terminal_shows_its_control_characters_as_escapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name holding an escape sequence ran in the user's terminal (it set the window title, cleared the screen)
+    when a command printed it; a pipe or a file still gets the text as it is."""
+    store = tmp_path / "m.tkg"
+    memory = Memory(embedder=HashEmbedder())
+    memory.add_facts([FactInput("Evil\x1b]0;pwned\x07", "KNOWS", "Bob")], group_id="g")
+    memory.save(store)
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, shown in ((Terminal(), "Evil\\x1b]0;pwned\\x07"), (io.StringIO(), "Evil\x1b]0;pwned\x07")):
+        monkeypatch.setattr(sys, "stdout", stream)
+        assert main(["search", "Evil", "--store", str(store), "--embedder", "hash"]) == 0
+        assert shown in stream.getvalue()
+        assert ("\x1b" in stream.getvalue()) is (not isinstance(stream, Terminal))

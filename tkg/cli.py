@@ -41,6 +41,7 @@ from tkg.cli_output import (
     note,
     plural,
     progress_bar,
+    safe_terminal_output,
 )
 from tkg.config import MemoryConfig
 from tkg.demo import DEMO_GROUP, DEMO_PAST, show_demo
@@ -523,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
     try:
-        with logging_to_stderr(args.log_level):
+        with logging_to_stderr(args.log_level), safe_terminal_output():
             return int(args.func(args))
     except TkgError as exc:
         return error(str(exc))

@@ -8,9 +8,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from datetime import datetime, time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
@@ -42,6 +42,41 @@ T = TypeVar("T")
 
 _PREVIEW_CHARS = 100
 PLURALS = {kind.value: kind.value + "s" for kind in Kind} | {"entity": "entities", "community": "communities"}
+
+
+#: C0 and C1 control characters, but newline and tab, each as a visible escape (``\\x1b``).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters (but newlines and tabs) written as visible escapes: a terminal runs an
+    escape sequence in user text (a name that sets the window title, clears the screen or rewrites a line)."""
+    return text.translate(_CONTROLS)
+
+
+class TerminalSafe:
+    """A text stream that writes :func:`terminal_safe` text into ``stream`` (the rest of the stream as it is)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        written: int = self._stream.write(terminal_safe(text))
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def safe_terminal_output() -> Iterator[None]:
+    """While it lasts, what is printed to a terminal shows user text's control characters as escapes (a file or a
+    pipe gets the text as it is)."""
+    if not sys.stdout.isatty():
+        yield
+        return
+    with redirect_stdout(TerminalSafe(sys.stdout)):  # type: ignore[type-var]
+        yield
 
 
 def note(message: str) -> None:
