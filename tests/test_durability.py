@@ -45,11 +45,20 @@ def write(memory: Memory, i: int) -> None:
     memory.add_facts([FactInput(f"P{i}", "LIKES", f"T{i % 7}")], group_id="g")
 
 
+def journalled(path: Path, facts: int) -> Path:
+    """A memory at ``path`` written ``facts`` facts through its journal and closed: its newest segment."""
+    memory = open_memory(path)
+    for i in range(facts):
+        write(memory, i)
+    memory.close()
+    return segment_paths(path)[-1]
+
+
 def crashed(memory: Memory) -> None:
     """What a process that dies holding ``memory`` open leaves: its files as they are, and its writer's lock
     released by the OS (the memory is not used to write again)."""
     assert memory._files is not None
-    memory._files._lock.release()
+    memory._files._writer.release()
 
 
 # -- the journal ---------------------------------------------------------------------------------------------------
@@ -130,11 +139,7 @@ def test_a_process_that_ends_mid_compaction_exits_cleanly_and_loses_nothing(tmp_
 
 def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_reported(tmp_path: Path, caplog: Any) -> None:
     path = tmp_path / "m.tkg"
-    memory = open_memory(path)
-    for i in range(5):
-        write(memory, i)
-    memory.close()
-    newest = segment_paths(path)[-1]
+    newest = journalled(path, 5)
     whole = newest.stat().st_size
     with open(newest, "ab") as f:
         f.write(b"\x00\x00\x10\x00half a batch")
@@ -170,11 +175,7 @@ def test_damage_inside_the_newest_segment_with_whole_batches_after_it_is_refused
     """A crash tears the last write only: a bad entry with whole batches after it is damage, refused with the file
     left as it is (it was taken for a torn tail and cut: every later acknowledged write lost, on disk too)."""
     path = tmp_path / "m.tkg"
-    memory = open_memory(path)
-    for i in range(5):
-        write(memory, i)
-    memory.close()
-    newest = segment_paths(path)[-1]
+    newest = journalled(path, 5)
     data = bytearray(newest.read_bytes())
     frames = [i for i in range(len(data)) if data.startswith(b"\x83\xa3seq", i)]  # each batch's payload
     at = {"first batch": frames[0] + 4, "middle batch": frames[2] + 4, "a batch's length": frames[1] - 8}.get(
@@ -191,11 +192,7 @@ def test_damage_inside_the_newest_segment_with_whole_batches_after_it_is_refused
 
 def test_damage_in_the_last_batch_of_the_newest_segment_is_a_torn_write(tmp_path: Path) -> None:
     path = tmp_path / "m.tkg"
-    memory = open_memory(path)
-    for i in range(3):
-        write(memory, i)
-    memory.close()
-    newest = segment_paths(path)[-1]
+    newest = journalled(path, 3)
     data = bytearray(newest.read_bytes())
     data[-3] ^= 0x01
     newest.write_bytes(bytes(data))

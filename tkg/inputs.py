@@ -73,7 +73,7 @@ class FactInput:
             part = getattr(fact, name)
             if not isinstance(part, str) or not part.strip():
                 raise ValidationError(f"a fact's {name} must be a non-empty string, got {part!r}")
-            check_text(part, f"a fact's {name}") if name == "relation" else check_name(part, f"a fact's {name}")
+            (check_text if name == "relation" else check_name)(part, f"a fact's {name}")  # a relation has its rule
         for name in ("subject_label", "object_label"):
             label = getattr(fact, name)
             if not isinstance(label, str) or not label.strip():

@@ -29,7 +29,6 @@ holds the flushed bytes).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import struct
@@ -131,12 +130,16 @@ def encode_batch(seq: int, batch: WriteBatch) -> bytes:
         body: bytes = msgpack.packb(payload, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise JournalError(f"cannot journal the write (a value msgpack cannot hold?): {exc}") from None
-    return _ENTRY.pack(len(body), zlib.crc32(body)) + body
+    return _frame(body)
 
 
 def encode_meta(meta: dict[str, Any]) -> bytes:
     """A segment's meta entry (see the module docstring)."""
-    body: bytes = msgpack.packb({"meta": meta}, use_bin_type=True)
+    return _frame(msgpack.packb({"meta": meta}, use_bin_type=True))
+
+
+def _frame(body: bytes) -> bytes:
+    """An entry: ``body`` behind its length and checksum."""
     return _ENTRY.pack(len(body), zlib.crc32(body)) + body
 
 
@@ -212,26 +215,12 @@ def _read_segment(
         raise JournalError(f"{path} uses journal format {version}, newer than this tkg reads; upgrade tkg")
     at = head
     while at < len(data):
-        problem = ""
-        if at + _ENTRY.size > len(data):
-            problem = "an incomplete entry header"
+        decoded, end, problem = _entry_at(data, at)
+        if isinstance(decoded, Entry):
+            into.append(decoded)
+        elif decoded is not None:
+            metas.append(decoded)
         else:
-            length, crc = _ENTRY.unpack_from(data, at)
-            body = data[at + _ENTRY.size : at + _ENTRY.size + length]
-            if len(body) < length:
-                problem = "an incomplete entry"
-            elif zlib.crc32(body) != crc:
-                problem = "a checksum mismatch"
-            else:
-                try:
-                    decoded = _decode_entry(body)
-                    if isinstance(decoded, Entry):
-                        into.append(decoded)
-                    else:
-                        metas.append(decoded)
-                except (TkgError, ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
-                    problem = f"an undecodable entry ({exc})"
-        if problem:
             if not newest:
                 raise JournalError(
                     f"the journal segment {path} is damaged at byte {at} ({problem}) and a newer segment follows; "
@@ -245,23 +234,35 @@ def _read_segment(
                     f"what precedes the damage, truncate the file to {at} bytes"
                 )
             return at, len(data) - at
-        at += _ENTRY.size + length
+        at = end
     return at, 0
 
 
+def _entry_at(data: bytes, at: int) -> tuple[Entry | dict[str, Any] | None, int, str]:
+    """The entry whose frame begins at byte ``at`` (a batch or a meta entry), where the next begins, and the
+    problem that makes it no whole entry (then None; "" when it is whole)."""
+    if at + _ENTRY.size > len(data):
+        return None, at, "an incomplete entry header"
+    length, crc = _ENTRY.unpack_from(data, at)
+    end = at + _ENTRY.size + length
+    body = data[at + _ENTRY.size : end]
+    if len(body) < length:
+        return None, at, "an incomplete entry"
+    if zlib.crc32(body) != crc:
+        return None, at, "a checksum mismatch"
+    try:
+        return _decode_entry(body), end, ""
+    except (TkgError, ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+        return None, at, f"an undecodable entry ({exc})"
+
+
 def _whole_batch_after(data: bytes, start: int) -> int | None:
-    """Where the first whole batch entry at or after byte ``start`` begins (a frame whose checksum holds and whose
-    payload decodes as a batch), or None. Found by the first bytes every batch payload has (:func:`encode_batch`:
-    a map whose first key is "seq"), then checked whole."""
+    """Where the first whole batch entry at or after byte ``start`` begins, or None. Found by the first bytes
+    every batch payload has (:func:`encode_batch`: a map whose first key is "seq"), then read whole."""
     find = data.find(_BATCH_START, start + _ENTRY.size)
     while find >= 0:
-        at = find - _ENTRY.size
-        length, crc = _ENTRY.unpack_from(data, at)
-        body = data[find : find + length]
-        if len(body) == length and zlib.crc32(body) == crc:
-            with contextlib.suppress(TkgError, ValueError, TypeError, KeyError, msgpack.UnpackException):
-                if isinstance(_decode_entry(body), Entry):
-                    return at
+        if isinstance(_entry_at(data, find - _ENTRY.size)[0], Entry):
+            return find - _ENTRY.size
         find = data.find(_BATCH_START, find + 1)
     return None
 

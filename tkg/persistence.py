@@ -211,7 +211,7 @@ class DurableFiles:
         lock: WriterLock,
     ) -> None:
         self.path = path
-        self._lock = lock
+        self._writer = lock
         self.embedder = embedder
         self.store = store
         self.journal = journal
@@ -238,11 +238,11 @@ class DurableFiles:
         if not target.parent.is_dir():
             raise snapshot.SnapshotError(f"cannot open {target}: directory {target.parent} does not exist")
         policy = policy or JournalPolicy()
-        if not target.exists() and not segment_paths(target) and not create:
-            raise snapshot.SnapshotError(f"snapshot {target} does not exist")
         lock = WriterLock(target).take()  # before anything is read: no other writer appends meanwhile
         try:
             if not target.exists() and not segment_paths(target):
+                if not create:
+                    raise snapshot.SnapshotError(f"snapshot {target} does not exist")
                 filled, report, journal_read = _empty_store(store, embedder), OpenReport(), ReadReport()
             else:
                 filled, report, journal_read = _fill(target, embedder, store, check_embedder, repair=True)
@@ -324,4 +324,4 @@ class DurableFiles:
         self.wait()
         self.store.attach_journal(None)
         self.journal.close()
-        self._lock.release()  # another writer may open the files now
+        self._writer.release()  # another writer may open the files now

@@ -53,7 +53,7 @@ class _Reader(threading.local):
 
 
 class _HeldGroups(threading.local):
-    """The group locks this thread holds: each lock's key and the server process of the connection holding it."""
+    """The group locks this thread holds: each group and the server process of the connection holding its lock."""
 
     def __init__(self) -> None:
         self.held: dict[str, int] = {}
@@ -370,20 +370,31 @@ class Session(Store):
         with self._lock:
             local = self._group_locks.setdefault(group_id, threading.Lock())
         with local:
-            key = f"tkg-group:{self.schema}:{group_id}"
+            key = self._group_key(group_id)
             delay = poll
             while not (holder := self._lock_call("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key)):
                 time.sleep(delay)  # polling keeps one waiting group from blocking the lock connection
                 delay = min(delay * 2, 0.2)
-            self._held_groups.held[key] = holder  # checked by each write meanwhile (:meth:`_send_lock_checks`)
+            self._held_groups.held[group_id] = holder  # checked by each write meanwhile (:meth:`_send_lock_checks`)
             try:
                 yield
             finally:
-                self._held_groups.held.pop(key, None)
+                self._held_groups.held.pop(group_id, None)
                 try:
                     self._lock_call("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
                 except BackendError as exc:  # its connection dropped, which let the lock go already
                     log.warning("could not release the lock of group %r: %s", group_id, exc)
+
+    def _send(self, cur: psycopg.Cursor[Any], statement: str, params: Any) -> psycopg.Cursor[Any]:
+        """Send ``statement`` (of this schema) in ``cur``'s transaction on a cursor of its own, whose results are
+        read when needed: in pipeline mode, reads sent one after the other share one round trip."""
+        sent = cur.connection.cursor(binary=True)
+        sent.execute(self._q(statement), params)
+        return sent
+
+    def _group_key(self, group_id: str) -> str:
+        """The key of a group's advisory lock (its hash is the lock's id)."""
+        return f"tkg-group:{self.schema}:{group_id}"
 
     def _lock_call(self, statement: str, key: str) -> int:
         """Run ``statement`` (true or false) on the lock connection: the server process holding it when true, else
@@ -405,16 +416,17 @@ class Session(Store):
         held = dict(self._held_groups.held)
         if not held:
             return lambda: None
-        check = cur.connection.cursor()
-        check.execute(
-            "SELECT k.key FROM unnest(%s::text[], %s::int4[]) AS k(key, pid) WHERE NOT EXISTS (SELECT 1 "
-            "FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = k.pid AND l.objsubid = 1 "
-            "AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended(k.key, 0))",
-            [list(held), list(held.values())],
+        check = self._send(
+            cur,
+            "SELECT k.i FROM unnest(%s::text[], %s::int4[]) WITH ORDINALITY AS k(key, pid, i) WHERE NOT EXISTS ("
+            "SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = k.pid "
+            "AND l.objsubid = 1 AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended(k.key, 0))",
+            [[self._group_key(g) for g in held], list(held.values())],
         )
 
         def raise_if_lost() -> None:
-            lost = [key.removeprefix(f"tkg-group:{self.schema}:") for (key,) in check.fetchall()]
+            groups = list(held)
+            lost = [groups[int(i) - 1] for (i,) in check.fetchall()]
             if lost:
                 raise BackendError(
                     f"the PostgreSQL lock of group(s) {lost} was lost while held (its connection dropped), so another "

@@ -195,13 +195,6 @@ class Writes(Session):
         statement = f"SELECT {columns} FROM {{s}}.{table.name} WHERE {key_filter(kind)} ORDER BY seq FOR UPDATE"
         return self._send(cur, statement, key_params(keys))
 
-    def _send(self, cur: psycopg.Cursor[Any], statement: str, params: Any) -> psycopg.Cursor[Any]:
-        """Send ``statement`` (of this schema) in ``cur``'s transaction on a cursor of its own, whose results are
-        read when needed: in pipeline mode, reads sent one after the other share one round trip."""
-        sent = cur.connection.cursor(binary=True)
-        sent.execute(self._q(statement), params)
-        return sent
-
     def _delete(self, cur: psycopg.Cursor[Any], kind: Kind, keys: list[tuple[str, ...]]) -> list[tuple[str]]:
         table = TABLES[kind]
         statement = self._q(f"DELETE FROM {{s}}.{table.name} WHERE {key_filter(kind)} RETURNING group_id")
