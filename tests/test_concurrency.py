@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg import EpisodeStatus, FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.errors import NotFoundError, ValidationError
-from tkg.llm import LLMPolicy
+from tkg.llm import LLMPolicy, ScriptedLLM
+from tkg.llm.prompts import RESOLVE
 from tkg.llm.rules import RulesLLM
 from tkg.models import Entity, Episode, Fact, Membership, Mention
 from tkg.ontology import Ontology, RelationType
@@ -163,3 +164,35 @@ def test_a_durable_memory_under_concurrent_writes_reopens_whole(tmp_path: Path, 
     memory.close()
     reopened = Memory.open(path, embedder=EMB, config=MemoryConfig(communities=None))
     assert {f.fact for f in reopened.records(Kind.FACT) if isinstance(f, Fact)} == set(done)
+
+
+@pytest.mark.parametrize("other", ["add in another group", "queue"])
+def test_an_episode_id_stored_by_another_writer_while_this_one_was_planned_is_refused(other: str) -> None:
+    """Two adds of one episode id in two groups, the second stored while the first waited for its resolution
+    call: the first is refused when it comes to write (as it is when the two run one after the other), and the
+    stored episode, its facts and the other group stay as the second add left them."""
+    rules = RulesLLM()
+    nested: list[str] = []
+
+    def answer(prompt: Any, model: Any) -> Any:
+        if prompt.name == RESOLVE and not nested:  # the first add waits for its LLM: another writer stores ep-1
+            nested.append(other)
+            if other == "queue":  # what BackgroundIngestor.submit does
+                memory.queue_episode("Bob: I live in Rome.", group_id="g2", episode_id="ep-1")
+            else:
+                memory.add_episode("Bob: I live in Rome.", group_id="g2", episode_id="ep-1")
+        return rules.generate(prompt, model)
+
+    memory = Memory(embedder=EMB, llm=ScriptedLLM(handler=answer), clock=FixedClock("2024-01-01T00:00:00Z"))
+    memory.add_episode("Ann: I live in Oslo.", group_id="g1", episode_id="ep-0")
+    with pytest.raises(ValidationError, match="already exists"):
+        memory.add_episode("Ann: I live in Paris.", group_id="g1", episode_id="ep-1")
+    assert nested  # the window was open
+    episode = memory.get(Kind.EPISODE, "ep-1")
+    assert isinstance(episode, Episode)
+    assert (episode.group_id, episode.content) == ("g2", "Bob: I live in Rome.")
+    assert episode.status is (EpisodeStatus.QUEUED if other == "queue" else EpisodeStatus.EXTRACTED)
+    facts = sorted((f.group_id, f.episodes, f.expired_at) for f in memory.records(Kind.FACT) if isinstance(f, Fact))
+    made = [("g2", ("ep-1",), None)] if other != "queue" else []
+    assert facts == [("g1", ("ep-0",), None), *made]  # Oslo is not ended by the refused episode
+    check_invariants(memory)

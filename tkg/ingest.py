@@ -308,6 +308,9 @@ class Ingestor:
         episode = dataclasses.replace(episode, embedding=vectors[episode.content])
         self._embed_plan(plan, vectors)
         with self.locks.write():
+            # Checked again where it is written: another writer (another group, or the queue) may have stored an
+            # episode with this id while this one was planned and its LLM answered.
+            self.check_new(episode, replace_stored=replace_stored)
             puts: list[Record] = [episode, *plan.changed_entities(), *plan.facts.values(), *plan.mentions.values()]
             deletes: list[tuple[Kind, str]] = []
             if self.communities is not None and (plan.entities or plan.facts):
