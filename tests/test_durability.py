@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import run_script_to_the_end
 
-from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, RulesLLM, ScriptedLLM
 from tkg import snapshot as snapshot_module
 from tkg.errors import JournalError, SnapshotError
 from tkg.journal import JournalPolicy, segment_paths
@@ -584,3 +584,27 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path: Path) -
         stale_seen = max(stale_seen, len(list(tmp_path.glob(".*.tmp"))))
         next_i = max(written, default=-1) + 1
     assert stale_seen <= 2  # a killed save's temporary file is cleaned up by the next save or open
+
+
+def test_a_write_in_flight_when_the_memory_closes_is_refused_not_lost(tmp_path: Path) -> None:
+    """close() while an add_episode waits for its LLM, and a write after close(): each fails with a JournalError
+    and changes nothing, neither the live memory nor its files (it was acknowledged and then missing after a
+    reopen: close() let the store go on without a journal)."""
+    path = tmp_path / "m.tkg"
+    rules = RulesLLM()
+
+    def answer(prompt: Any, model: Any) -> Any:
+        memory.close()  # the memory closes while this episode's LLM call is in flight
+        return rules.generate(prompt, model)
+
+    memory = Memory.open(path, embedder=EMB, llm=ScriptedLLM(handler=answer), clock=FixedClock("2024-01-01T00:00:00Z"))
+    write(memory, 0)
+    with pytest.raises(JournalError, match="closed"):
+        memory.add_episode("Ann: I live in Paris.", group_id="g")
+    with pytest.raises(JournalError, match="closed"):
+        write(memory, 1)
+    assert facts_of(memory) == {"P0 likes T0"} and memory.stats()["records"]["episode"] == 1
+    memory.close()  # again: nothing to do
+    with open_memory(path) as reopened:
+        assert facts_of(reopened) == facts_of(memory)
+        assert [e.content for e in reopened.episodes()] == [e.content for e in memory.episodes()]

@@ -322,6 +322,9 @@ class DurableFiles:
 
     def close(self) -> None:
         self.wait()
-        self.store.attach_journal(None)
-        self.journal.close()
+        # Under the memory's write lock: a write in flight is on disk before the journal closes. The closed
+        # journal stays attached, so a write that comes later fails (JournalError) and changes nothing, instead
+        # of being applied in memory and never stored.
+        with (self._locks or MemoryLocks()).write():
+            self.journal.close()
         self._writer.release()  # another writer may open the files now
