@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tkg import EpisodeStatus, FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg.backends.memory import InMemoryStore
 from tkg.errors import NotFoundError, ValidationError
 from tkg.llm import LLMPolicy, ScriptedLLM
 from tkg.llm.prompts import RESOLVE
@@ -195,4 +196,40 @@ def test_an_episode_id_stored_by_another_writer_while_this_one_was_planned_is_re
     facts = sorted((f.group_id, f.episodes, f.expired_at) for f in memory.records(Kind.FACT) if isinstance(f, Fact))
     made = [("g2", ("ep-1",), None)] if other != "queue" else []
     assert facts == [("g1", ("ep-0",), None), *made]  # Oslo is not ended by the refused episode
+    check_invariants(memory)
+
+
+def test_an_import_waits_for_an_episode_of_its_group_being_planned(tmp_path: Path) -> None:
+    """import_jsonl of a group while an episode of that (empty) group is planned: the import waits for the group,
+    then finds it taken and is refused (it landed between the plan and its write, and the group held two Anns)."""
+    source = Memory(embedder=EMB, clock=FixedClock("2024-01-01T00:00:00Z"))
+    source.add_facts([FactInput("Ann", "LIVES_IN", "Rome")], group_id="g")
+    export = tmp_path / "g.jsonl"
+    source.export(export)
+    outcome: list[BaseException | None] = []
+
+    def run_import() -> None:
+        try:
+            memory.import_jsonl(export)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    class Slow(InMemoryStore):
+        importer: threading.Thread | None = None
+
+        def entities_by_name(self, group_id: str, names: Any) -> Any:
+            if self.importer is None:  # the episode is being planned: an import of its group starts now
+                self.importer = threading.Thread(target=run_import)
+                self.importer.start()
+                self.importer.join(0.5)
+            return super().entities_by_name(group_id, names)
+
+    store = Slow(dim=EMB.dim)
+    memory = Memory(store, embedder=EMB, llm=RulesLLM(), clock=FixedClock("2024-01-01T00:00:00Z"))
+    memory.add_episode("Ann: I live in Paris.", group_id="g")
+    assert store.importer is not None
+    store.importer.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], ValidationError)
+    assert [e.name for e in memory.find_entities("Ann", group_ids=["g"])] == ["Ann"]
     check_invariants(memory)

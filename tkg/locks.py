@@ -6,7 +6,8 @@
 * Episodes of one group apply one at a time, in order: ingestion and removal hold the group's lock for the whole
   read-modify-write cycle (LLM calls included, the store lock not), so two episodes of a group never plan from
   the same state. A store shared between processes (:attr:`tkg.storage.Store.shared`) adds its own cross-process
-  group lock.
+  group lock. What writes several groups at once (an import) takes their locks in sorted order, each before
+  the store lock, as every writer does.
 * Nothing outside the facade touches the store: the doors (servers, CLI, pictures, background ingestion) call
   :class:`tkg.Memory`'s methods, which take these locks.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from tkg.storage import Store
 
@@ -100,4 +101,13 @@ class MemoryLocks:
         with self._guard:
             local = self._groups.setdefault(group_id, threading.Lock())
         with local, store.group_lock(group_id):
+            yield
+
+    @contextlib.contextmanager
+    def groups(self, group_ids: Iterable[str], store: Store) -> Iterator[None]:
+        """The locks of several groups (an import), taken in sorted order: two such writers never wait for each
+        other crosswise."""
+        with contextlib.ExitStack() as held:
+            for group_id in sorted(set(group_ids)):
+                held.enter_context(self.group(group_id, store))
             yield

@@ -110,7 +110,8 @@ class MemoryGroups:
             if isinstance(record, Fact):
                 check_history(record)
         groups = sorted({r.group_id for r in records})
-        with self._locks.write():
+        # The groups' locks too: an episode of one of them planned meanwhile would not see what is imported.
+        with self._locks.groups(groups, self._store), self._locks.write():
             taken = sorted(set(groups) & self._store.groups())
             if taken:
                 raise ValidationError(
