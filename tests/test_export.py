@@ -183,3 +183,58 @@ def test_an_export_to_a_directory_is_refused_naming_it(tmp_path: Path, format: s
     with pytest.raises(ValidationError, match=f"cannot write {tmp_path}: it is a directory"):
         memory_with_history().export(tmp_path, format)
     assert list(tmp_path.iterdir()) == []  # no temporary file left either
+
+
+def _edited(lines: list[str], kind: str, edit: Any) -> list[str]:
+    """``lines`` with the record of the first line of ``kind`` replaced by ``edit(record)``."""
+    at = next(i for i, line in enumerate(lines) if f'"kind": "{kind}"' in line)
+    item = json.loads(lines[at])
+    item["record"] = edit(item["record"])
+    return [*lines[:at], json.dumps(item), *lines[at + 1 :]]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit"),
+    [
+        ("episode", lambda r: {**r, "content": 5}),  # it was written, then failed in the text index: half applied
+        ("episode", lambda r: {**r, "name": ["a"]}),  # it was imported, then no save worked
+        ("entity", lambda r: {**r, "summary": {"a": 1}}),
+        ("entity", lambda r: {**r, "aliases": [1]}),
+        ("fact", lambda r: {**r, "fact": "Ann \ud800"}),  # a lone surrogate: saves and exports failed after
+        ("fact", lambda r: {**r, "source_id": ["x"]}),
+        ("fact", lambda r: {**r, "verdicts": ["x"]}),
+        ("fact", lambda r: {**r, "valid_at": {"__dt__": 2**70}}),
+        ("episode", lambda r: {**r, "attributes": {"n": 2**70}}),
+        ("episode", lambda r: {**r, "attributes": _nested(600)}),
+        ("mention", lambda r: {**r, "label": 3}),
+        ("community", lambda r: {**r, "summary": None}),
+        ("fact", lambda r: None),
+    ],
+)
+def test_an_import_of_a_record_tkg_cannot_store_is_refused_whole(tmp_path: Path, kind: str, edit: Any) -> None:
+    """A record with a field of the wrong type or text no store can write is refused with the line it is on,
+    before anything is written: the memory, its journal and its files stay as they were, and the good file
+    imports after it (such a record was written half, or whole and then made every save, or every open of a
+    journalled memory, fail)."""
+    source = memory_with_history()
+    good = tmp_path / "good.jsonl"
+    source.export(good, group_ids=["ann"])
+    bad = tmp_path / "bad.jsonl"
+    lines = _edited(good.read_text(encoding="utf-8").splitlines(), kind, edit)
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
+    path = tmp_path / "m.tkg"
+    with Memory.open(path, embedder=EMB, ontology=HOMES) as memory:
+        with pytest.raises(ValidationError, match=r"bad.jsonl:\d+: not a tkg record"):
+            memory.import_jsonl(bad)
+        assert memory.groups() == []
+        memory.import_jsonl(good)
+        expected = dump(memory)
+    with Memory.open(path, embedder=EMB, ontology=HOMES) as reopened:
+        assert dump(reopened) == expected

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from tkg.codec import decode_record, encode_record
 from tkg.errors import ValidationError
-from tkg.models import Entity, Fact, Kind, Record
+from tkg.models import Entity, Fact, Kind, Record, check_fields
 
 FORMATS = ("jsonl", "csv", "graphml", "neo4j")
 FORMAT_VERSION = 1
@@ -85,9 +85,13 @@ def read_jsonl(lines: Iterable[str], source: str) -> tuple[dict[str, Any], list[
             header = item
             continue
         try:
-            records.append(decode_record(Kind(item["kind"]), item["record"], json=True))
-        except (KeyError, TypeError, ValueError) as exc:  # a bad kind, field or value: the record's own message
+            record = decode_record(Kind(item["kind"]), item["record"], json=True)
+            check_fields(record)  # what the entry points check of text, for every field: nothing unstorable gets in
+        except RecursionError:
+            raise ValidationError(f"{source}:{number}: not a tkg record: nested too deep") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # the record's own message
             raise ValidationError(f"{source}:{number}: not a tkg record: {exc}") from None
+        records.append(record)
     if header is None:
         raise ValidationError(f"{source}: empty, not a tkg export")
     return header, records

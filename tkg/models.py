@@ -219,6 +219,30 @@ def check_storable(value: Any, what: str = "value", depth: int = 1) -> None:
         raise ValidationError(f"{what} holds a {type(value).__name__}, which tkg cannot store")
 
 
+def check_fields(record: Any) -> None:
+    """Raise :class:`ValidationError` unless every field of ``record`` (a record built from outside data: an
+    import) is of its declared type and holds what every store can write: text as :func:`check_text` wants it,
+    tuples of such text, maps of plain data (:func:`check_storable`). A record checks its ids, times, enums and
+    vectors itself; the entry points check text as it arrives, and this does it for a whole record."""
+    for f in dataclasses.fields(record):
+        value, declared = getattr(record, f.name), str(f.type).replace(" ", "")
+        what = f"{record.kind.value} {f.name}"
+        if declared in ("str", "str|None"):
+            if not isinstance(value, str) and not (value is None and declared == "str|None"):
+                raise ValidationError(f"{what} must be text, not {type(value).__name__}")
+            if value is not None:
+                check_text(value, what)
+        elif declared.startswith("tuple[str"):
+            if not all(isinstance(item, str) for item in value):
+                raise ValidationError(f"{what} must be a list of text")
+            for item in value:
+                check_text(item, what)
+        elif declared.startswith("Mapping["):
+            if not isinstance(value, Mapping):
+                raise ValidationError(f"{what} must be a map, not {type(value).__name__}")
+            check_storable(value, what)
+
+
 def relation_name(text: str) -> str:
     """Turn free text such as ``"works at"`` into a relation name (``WORKS_AT``)."""
     name = re.sub(r"[^A-Za-z0-9]+", "_", text.strip()).strip("_").upper()
