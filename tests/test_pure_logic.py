@@ -12,14 +12,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tkg import FixedClock, HashEmbedder, ScriptedLLM
+from tkg import FixedClock, HashEmbedder, MemoryConfig, ScriptedLLM
+from tkg.config import CommunityConfig
 from tkg.drafts import speaker_of
-from tkg.errors import BackendError, LLMError, TimestampError, ValidationError
+from tkg.errors import BackendError, ConfigurationError, LLMError, TimestampError, ValidationError
 from tkg.integrity import check_write, references
-from tkg.llm import GraphExtraction, Prompt
+from tkg.journal import JournalPolicy
+from tkg.llm import GraphExtraction, LLMPolicy, Prompt
 from tkg.models import Entity, Fact, Kind, Mention, Verdict, relation_name
 from tkg.names import normalize_name
 from tkg.ranking import rrf
+from tkg.resolution import ResolutionRules
+from tkg.search_config import TargetConfig
 from tkg.storage import Hit
 from tkg.temporal import resolve_time
 from tkg.timeline import fact_holds, make_scope
@@ -239,3 +243,37 @@ def test_the_integrity_check_asks_its_lookup_for_exactly_the_references_a_backen
     asked.clear()
     check_write(puts[:1] + puts[2:], deletes, lookup)
     assert sorted(asked) == sorted(references(puts[:1] + puts[2:], deletes).items())
+
+
+@pytest.mark.parametrize(
+    ("make", "field_value"),
+    [
+        ("MemoryConfig", {"context_episodes": float("nan")}),  # add_episode looped for ever (want *= 2)
+        ("MemoryConfig", {"context_episodes": 2.5}),  # a raw TypeError from a slice
+        ("MemoryConfig", {"max_fact_candidates": float("nan")}),
+        ("MemoryConfig", {"max_episode_chars": float("nan")}),  # the limit was silently off
+        ("MemoryConfig", {"search_limit": None}),
+        ("MemoryConfig", {"strict_groups": "yes"}),
+        ("MemoryConfig", {"llm_policy": {"max_attempts": 2}}),
+        ("MemoryConfig", {"communities": 5}),
+        ("MemoryConfig", {"date_languages": ("en", 3)}),
+        ("LLMPolicy", {"max_attempts": float("nan")}),  # a failing LLM was retried for ever
+        ("LLMPolicy", {"max_attempts": "3"}),
+        ("LLMPolicy", {"backoff_max": float("inf")}),
+        ("CommunityConfig", {"refresh_drift": float("nan")}),
+        ("CommunityConfig", {"refresh_after_changes": 10.0}),
+        ("ResolutionRules", {"fuzzy_threshold": float("nan")}),
+        ("ResolutionRules", {"max_candidates": 0}),
+        ("TargetConfig", {"min_score": float("nan")}),
+        ("JournalPolicy", {"compact_bytes": float("nan")}),
+    ],
+)
+def test_a_configuration_field_of_the_wrong_type_is_refused(make: str, field_value: dict[str, Any]) -> None:
+    """NaN, a float for a count, None, text for a flag: refused when the configuration is made, naming the field,
+    not found later by a loop that never ends or a raw TypeError."""
+    classes = {c.__name__: c for c in (MemoryConfig, LLMPolicy, CommunityConfig, ResolutionRules, TargetConfig)}
+    cls: Any = {**classes, "JournalPolicy": JournalPolicy}[make]
+    (name,) = field_value
+    with pytest.raises(ConfigurationError, match=rf"{make}\.{name}"):
+        cls(**field_value)
+    cls()  # the defaults hold

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError
 from tkg.llm.guard import LLMPolicy
 from tkg.resolution import ResolutionRules
@@ -49,6 +50,7 @@ class CommunityConfig:
     warm_refresh: bool = False
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("max_iterations", "summary_members", "name_members", "summary_chars", "drift_check_every"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"CommunityConfig.{name} must be at least 1")
@@ -114,6 +116,7 @@ class MemoryConfig:
     communities: CommunityConfig | None = field(default_factory=lambda: CommunityConfig(summarize_on_extend=False))
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in (
             "max_episode_chars",
             "search_limit",

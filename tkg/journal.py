@@ -42,6 +42,7 @@ from typing import IO, Any, Literal
 import msgpack
 
 from tkg.codec import decode_record, encode_record
+from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError, JournalError, TkgError
 from tkg.models import Kind, vector_of
 from tkg.storage import WriteBatch
@@ -67,6 +68,7 @@ class JournalPolicy:
     compact_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.sync not in ("always", "interval"):
             raise ConfigurationError(f"JournalPolicy.sync must be 'always' or 'interval', not {self.sync!r}")
         if not self.interval > 0:

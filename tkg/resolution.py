@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tkg.config_fields import check_field_types
+from tkg.errors import ConfigurationError
 from tkg.memo import Memo
 from tkg.models import Entity
 from tkg.names import fold_accents, normalize_name
@@ -38,6 +40,11 @@ class ResolutionRules:
     cosine_threshold: float = 0.85
     #: At most this many candidates per ambiguous name go into the LLM prompt.
     max_candidates: int = 5
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if self.max_candidates < 1:
+            raise ConfigurationError("ResolutionRules.max_candidates must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from datetime import timedelta
 from enum import StrEnum
 from types import MappingProxyType
 
+from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError, ValidationError
 from tkg.models import Kind
 
@@ -168,6 +169,7 @@ class TargetConfig:
             object.__setattr__(self, "bfs_origin", BfsOrigin(self.bfs_origin))
         except ValueError as exc:
             raise ConfigurationError(f"TargetConfig: {exc}") from None
+        check_field_types(self)
         if not self.methods:
             raise ConfigurationError("TargetConfig.methods is empty; name at least one of cosine, bm25, bfs")
         for name in ("limit", "candidate_factor", "rrf_k", "bfs_depth", "bfs_seeds", "recent_episodes", "max_distance"):

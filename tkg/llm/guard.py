@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError, LLMError
 from tkg.llm.base import LLMClient, LLMUsage, Prompt, T, Tokens, UsageReportingLLM, estimate_tokens
 
@@ -39,6 +40,7 @@ class LLMPolicy:
     requests_per_minute: float | None = None
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.max_attempts < 1 or self.max_concurrency < 1:
             raise ConfigurationError("LLMPolicy.max_attempts and max_concurrency must be at least 1")
         if self.backoff_initial < 0 or self.backoff_max < 0 or not 0 <= self.jitter <= 1:
