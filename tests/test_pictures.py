@@ -667,3 +667,17 @@ def test_timelines_drawn_from_several_threads_match_one_drawn_alone(graph: tuple
     with ThreadPoolExecutor(max_workers=4) as pool:
         drawn = list(pool.map(lambda _: render_timeline(memory, ann, "svg").data, range(4)))
     assert drawn == [alone] * 4
+
+
+@needs_matplotlib
+@pytest.mark.parametrize(
+    ("valid_at", "invalid_at"), [("0041-01-24T00:00:00Z", "0054-10-13T00:00:00Z"), ("9999-11-01T00:00:00Z", None)]
+)
+def test_timeline_of_facts_at_the_ends_of_the_calendar(valid_at: str, invalid_at: str | None) -> None:
+    """A fact tkg accepts is drawn, however early or late: the axis is padded within the dates Python holds (a
+    fact of the first century raised a raw OverflowError)."""
+    memory = Memory(embedder=HashEmbedder(dim=32), clock=FixedClock("2024-05-01T00:00:00Z"))
+    memory.add_facts([FactInput("Claudius", "RULED", "Rome", valid_at=valid_at, invalid_at=invalid_at)], group_id="g")
+    entity = memory.find_entities("Claudius", group_ids=["g"])[0]
+    result = render_timeline(memory, entity.id, "svg")
+    assert result.data.lstrip().startswith(b"<?xml") and b"RULED" in result.data

@@ -17,7 +17,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,10 @@ MAX_TIMELINE_FACTS = 200
 _INSTALL_HINT = 'pip install "tkg[pictures]"'
 _LABEL_CHARS = 42
 _TEXT_CHARS = 90
+# The axis is padded within these, a day inside the dates Python holds (matplotlib rounds its ends to a day).
+_FIRST = datetime(1, 1, 2, tzinfo=UTC)
+_LAST = datetime(9999, 12, 30, tzinfo=UTC)
+_SAFE_YEARS = (1000, 9000)  # an axis within these gets matplotlib's own date ticks
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +143,9 @@ def layout_timeline(
         points += [t for t in (f.valid_at, ends[f.id], f.created_at, expired[f.id]) if t is not None]
     low, high = min(points), max(points)
     pad = max((high - low) * 0.04, timedelta(days=30))
-    x_min, x_max = low - pad, high + pad
+    # Padded within the dates Python holds: a fact of the first century (or of year 9999) is a fact too.
+    x_min = low - min(pad, max(low - _FIRST, timedelta(0)))
+    x_max = high + min(pad, max(_LAST - high, timedelta(0)))
     bars: list[TimelineBar] = []
     for row, f in enumerate(kept):
         outgoing = f.source_id == entity.id
@@ -352,9 +358,13 @@ def _plot(figure: Figure, layout: TimelineLayout, height: float) -> None:
     ax.set_ylim(rows - 0.45, -0.6)  # row 0 at the top
     ax.set_yticks([bar.row for bar in layout.bars], [bar.label for bar in layout.bars], fontsize=8, parse_math=False)
     ax.tick_params(axis="y", length=0)
-    locator = mdates.AutoDateLocator()
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    if _SAFE_YEARS[0] <= layout.x_min.year and layout.x_max.year <= _SAFE_YEARS[1]:
+        locator = mdates.AutoDateLocator()
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    else:  # matplotlib's date locator steps past year 9999 (or before 1) near the ends: ticks placed here
+        ax.set_xticks([x0 + (x1 - x0) * i / 4 for i in range(5)])
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)
     for side in ("top", "right", "left"):
