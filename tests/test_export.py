@@ -238,3 +238,30 @@ def test_an_import_of_a_record_tkg_cannot_store_is_refused_whole(tmp_path: Path,
         expected = dump(memory)
     with Memory.open(path, embedder=EMB, ontology=HOMES) as reopened:
         assert dump(reopened) == expected
+
+
+def test_a_failed_export_leaves_every_file_as_it_was(tmp_path: Path) -> None:
+    """A neo4j export whose facts.csv cannot be written leaves entities.csv as it was (it was overwritten first,
+    then a raw IsADirectoryError); a neo4j export to a plain file, or any export or import given something that
+    is not a path, is a ValidationError."""
+    memory = memory_with_history()
+    folder = tmp_path / "neo4j"
+    folder.mkdir()
+    (folder / "entities.csv").write_text("old entities\n")
+    (folder / "facts.csv").mkdir()  # cannot be replaced by a file
+    with pytest.raises(ValidationError, match=r"facts.csv"):
+        memory.export(folder, "neo4j")
+    assert (folder / "entities.csv").read_text() == "old entities\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["entities.csv", "facts.csv"]  # no temporary left
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    with pytest.raises(ValidationError, match="is a file"):
+        memory.export(plain, "neo4j")
+    for bad in (5, "", "a\x00b"):
+        with pytest.raises(ValidationError, match="path"):
+            memory.export(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match="path"):
+            memory.import_jsonl(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="path"):
+        Memory.open(str(tmp_path / "a\x00b"), embedder=EMB)
+    assert memory.export(folder / "facts.csv" / "all.jsonl") > 0  # and a good export still works

@@ -154,43 +154,47 @@ def write_graphml(path: Path, facts: Sequence[Fact], entities: Sequence[Entity])
 
 
 # -- neo4j ------------------------------------------------------------------------------------------------------
-def write_neo4j(folder: Path, facts: Sequence[Fact], entities: Sequence[Entity]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "entities.csv", "w", newline="", encoding="utf-8") as out:
-        writer = csv.writer(out)
-        writer.writerow(["id:ID", "name", "group_id", "summary", ":LABEL"])
-        for e in entities:
-            writer.writerow(
-                [e.id, e.name, e.group_id, e.summary, ";".join(["Entity", *(x for x in e.labels if x != "Entity")])]
-            )
-    with open(folder / "facts.csv", "w", newline="", encoding="utf-8") as out:
-        writer = csv.writer(out)
+#: The files of a ``neo4j`` export, in its folder: what each holds is written by the function beside it.
+NEO4J_FILES = ("entities.csv", "facts.csv")
+
+
+def write_neo4j_entities(out: IO[str], entities: Sequence[Entity]) -> None:
+    writer = csv.writer(out)
+    writer.writerow(["id:ID", "name", "group_id", "summary", ":LABEL"])
+    for e in entities:
+        writer.writerow(
+            [e.id, e.name, e.group_id, e.summary, ";".join(["Entity", *(x for x in e.labels if x != "Entity")])]
+        )
+
+
+def write_neo4j_facts(out: IO[str], facts: Sequence[Fact]) -> None:
+    writer = csv.writer(out)
+    writer.writerow(
+        [
+            ":START_ID",
+            ":END_ID",
+            ":TYPE",
+            "id",
+            "fact",
+            "group_id",
+            "valid_at",
+            "invalid_at",
+            "created_at",
+            "expired_at",
+        ]
+    )
+    for f in facts:
         writer.writerow(
             [
-                ":START_ID",
-                ":END_ID",
-                ":TYPE",
-                "id",
-                "fact",
-                "group_id",
-                "valid_at",
-                "invalid_at",
-                "created_at",
-                "expired_at",
+                f.source_id,
+                f.target_id,
+                f.relation,
+                f.id,
+                f.fact,
+                f.group_id,
+                _iso(f.valid_at),
+                _iso(f.invalid_at),
+                _iso(f.created_at),
+                _iso(f.expired_at),
             ]
         )
-        for f in facts:
-            writer.writerow(
-                [
-                    f.source_id,
-                    f.target_id,
-                    f.relation,
-                    f.id,
-                    f.fact,
-                    f.group_id,
-                    _iso(f.valid_at),
-                    _iso(f.invalid_at),
-                    _iso(f.created_at),
-                    _iso(f.expired_at),
-                ]
-            )

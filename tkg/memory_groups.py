@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 from tkg import export as formats
 from tkg.clock import Clock
@@ -16,6 +17,7 @@ from tkg.embedders.base import Embedder
 from tkg.errors import ConfigurationError, ValidationError
 from tkg.locks import MemoryLocks
 from tkg.models import Entity, Fact, Kind, check_group_id
+from tkg.persistence import file_path
 from tkg.revisions import check_history
 from tkg.storage import Store, WriteBatch
 
@@ -43,42 +45,40 @@ class MemoryGroups:
         with self._locks.read():
             records = {kind: list(self._store.scan(kind, groups)) for kind in formats.KIND_ORDER}
             held = sorted(groups if groups is not None else self._store.groups())
-        target = Path(path)
+        target = file_path(path, "an export's path")
         entities = [e for e in records[Kind.ENTITY] if isinstance(e, Entity)]
         facts = [f for f in records[Kind.FACT] if isinstance(f, Fact)]
         if format == "neo4j":
-            formats.write_neo4j(target, facts, entities)
+            if target.exists() and not target.is_dir():
+                raise ValidationError(f"cannot write {target}: it is a file; a neo4j export is a folder")
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValidationError(f"cannot make the folder {target}: {exc.strerror or exc}") from None
+            entities_csv, facts_csv = (target / name for name in formats.NEO4J_FILES)
+            _write_all(
+                [
+                    (entities_csv, _text(lambda out: formats.write_neo4j_entities(out, entities))),
+                    (facts_csv, _text(lambda out: formats.write_neo4j_facts(out, facts))),
+                ]
+            )
             return len(facts) + len(entities)
-        if not target.parent.is_dir():
-            raise ValidationError(f"cannot write {target}: directory {target.parent} does not exist")
-        if target.is_dir():  # the rename at the end would fail, naming the temporary file
-            raise ValidationError(f"cannot write {target}: it is a directory; name a file in it")
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            if format == "graphml":
-                os.close(fd)
-                formats.write_graphml(Path(temporary), facts, entities)
-                count = len(facts) + len(entities)
-            else:
-                with os.fdopen(fd, "w", newline="", encoding="utf-8") as out:
-                    if format == "csv":
-                        formats.write_facts_csv(out, facts, entities)
-                        count = len(facts)
-                    else:
-                        header = {
-                            "embedder": self._embedder.name,
-                            "dim": self._embedder.dim,
-                            "groups": held,
-                            "exported_at": self._clock.now().isoformat(),
-                        }
-                        for line in formats.jsonl_lines(records, header):
-                            out.write(line + "\n")
-                        count = sum(len(v) for v in records.values())
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        return count
+        if format == "graphml":
+            _write_all([(target, lambda path: formats.write_graphml(path, facts, entities))])
+            return len(facts) + len(entities)
+        if format == "csv":
+            _write_all([(target, _text(lambda out: formats.write_facts_csv(out, facts, entities)))])
+            return len(facts)
+        header = {
+            "embedder": self._embedder.name,
+            "dim": self._embedder.dim,
+            "groups": held,
+            "exported_at": self._clock.now().isoformat(),
+        }
+        _write_all(
+            [(target, _text(lambda out: out.writelines(line + "\n" for line in formats.jsonl_lines(records, header))))]
+        )
+        return sum(len(v) for v in records.values())
 
     def import_jsonl(self, path: str | Path) -> dict[str, int]:
         """Add the groups of a ``jsonl`` export (:meth:`export`) to this memory, exactly as they were: every
@@ -86,7 +86,7 @@ class MemoryGroups:
         made with another embedder, when one of its groups already holds records here (erase it first with
         :meth:`delete_group`, or import into another memory), or when a line is not a tkg record (the error names
         it). Returns the number of records imported per kind."""
-        source = Path(path)
+        source = file_path(path, "an export's path")
         try:
             with open(source, encoding="utf-8") as lines:
                 header, records = formats.read_jsonl(lines, str(source))
@@ -162,3 +162,39 @@ class MemoryGroups:
             erased[kind.value] += 1
         log.info("group %s erased: %s", group_id, ", ".join(f"{n} {kind}" for kind, n in erased.items() if n))
         return erased
+
+
+def _text(write: Callable[[IO[str]], None]) -> Callable[[Path], None]:
+    """``write`` given the file at a path, opened for UTF-8 text (newlines as written: CSV writes its own)."""
+
+    def to(path: Path) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as out:
+            write(out)
+
+    return to
+
+
+def _write_all(files: Sequence[tuple[Path, Callable[[Path], None]]]) -> None:
+    """Write each file to a temporary name beside it, then rename them all over their targets: a failed export
+    leaves no partial file, and the files it would replace as they were. An error is a ValidationError naming
+    the file."""
+    for target, _ in files:
+        if not target.parent.is_dir():
+            raise ValidationError(f"cannot write {target}: directory {target.parent} does not exist")
+        if target.is_dir():  # the rename at the end would fail, naming the temporary file
+            raise ValidationError(f"cannot write {target}: it is a directory; name a file in it")
+    written: list[tuple[str, Path]] = []
+    target = files[0][0]
+    try:
+        for target, write in files:
+            fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            os.close(fd)
+            written.append((temporary, target))
+            write(Path(temporary))
+        for temporary, target in written:
+            os.replace(temporary, target)
+    except OSError as exc:
+        raise ValidationError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        for temporary, _ in written:
+            Path(temporary).unlink(missing_ok=True)

@@ -68,13 +68,14 @@ def _last_seq(target: Path, segments: Sequence[Path]) -> int:
         return 0
 
 
-def file_path(path: object) -> Path:
-    """``path`` (a string or path-like) as a :class:`Path`; :class:`ValidationError` for anything else."""
+def file_path(path: object, what: str = "a memory's file path") -> Path:
+    """``path`` (a string or path-like) as a :class:`Path`; :class:`ValidationError` for anything else (a NUL
+    character included: no file system takes one)."""
     if isinstance(path, str | os.PathLike) and not isinstance(path, bytes):
         text = os.fspath(path)
-        if isinstance(text, str) and text:
+        if isinstance(text, str) and text and "\x00" not in text:
             return Path(text)
-    raise ValidationError(f"a memory's file path must be a non-empty string or path, not {path!r}")
+    raise ValidationError(f"{what} must be a non-empty string or path, not {path!r}")
 
 
 def unsavable(path: Path) -> str | None:
