@@ -521,3 +521,59 @@ def test_now_is_utc() -> None:  # items' times are UTC ISO strings, comparable a
     assert datetime.fromisoformat(created).tzinfo is not None and datetime.fromisoformat(created).utcoffset() == (
         datetime.now(UTC).utcoffset()
     )
+
+
+def test_scope_ids_inside_and_or_not_filters_read_each_memory_s_own_scope() -> None:
+    """A user_id or agent_id inside AND / OR / NOT is matched against the scope each memory was added in: NOT
+    let another user's memories through, and OR / AND found nothing."""
+    m = offline()
+    m.add("alice likes tea", user_id="alice", agent_id="a", infer=False)
+    m.add("bob likes tea", user_id="bob", agent_id="a", infer=False)
+    m.add("alice likes tea with bot b", user_id="alice", agent_id="b", infer=False)
+    cases = [
+        ({"agent_id": "a", "NOT": [{"user_id": "bob"}]}, ["alice likes tea"]),
+        (
+            {"user_id": "alice", "OR": [{"agent_id": "a"}, {"agent_id": "b"}]},
+            ["alice likes tea", "alice likes tea with bot b"],
+        ),
+        ({"user_id": "alice", "AND": [{"agent_id": "a"}]}, ["alice likes tea"]),
+        ({"user_id": "alice", "NOT": [{"agent_id": {"in": ["a", "c"]}}]}, ["alice likes tea with bot b"]),
+    ]
+    for filters, expected in cases:
+        assert sorted(texts(m.get_all(filters=filters))) == expected, filters
+        assert sorted(texts(m.search("tea", filters=filters))) == expected, filters
+
+
+def test_a_deleted_fact_is_not_found_by_get_nor_updated_again() -> None:
+    """After delete, get() is None (as in Mem0), also for a fact that had not started yet; updating or deleting it
+    again is MemoryNotFoundError and writes nothing (a future fact was taken as current: a ValidationError, after
+    its new version had been written)."""
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    ids = [
+        m.add(f"I LIKES {what}.", user_id="ann")["results"][0]["id"] for what in ("Jazz since 2020", "Opera since 2030")
+    ]
+    clock.set("2024-06-01T00:00:00Z")
+    for fid in ids:
+        assert m.get(fid) is not None
+        m.delete(fid)
+        assert m.get(fid) is None
+        before = m.get_all(user_id="ann", show_expired=True)["results"]
+        with pytest.raises(MemoryNotFoundError, match="ended already"):
+            m.update(fid, text="User likes it a lot")
+        with pytest.raises(MemoryNotFoundError, match="ended already"):
+            m.delete(fid)
+        assert m.get_all(user_id="ann", show_expired=True)["results"] == before
+        assert [e["event"] for e in m.history(fid)][-1] == "DELETE"
+    assert m.get_all(user_id="ann")["results"] == []
+
+
+def test_a_metadata_update_of_a_fact_not_started_yet_sets_updated_at() -> None:
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    fid = m.add("I LIKES Jazz since 2030.", user_id="ann")["results"][0]["id"]
+    clock.set("2024-06-01T00:00:00Z")
+    assert m.update(fid, metadata={"checked": True})["id"] == fid  # the same fact, restated
+    item = m.get(fid)
+    assert item is not None and item["metadata"] == {"checked": True}
+    assert (item["created_at"], item["updated_at"]) == ("2024-05-01T00:00:00+00:00", "2024-06-01T00:00:00+00:00")

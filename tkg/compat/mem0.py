@@ -248,7 +248,8 @@ class Memory:
         except NotFoundError:
             return None
         if isinstance(record, Fact):
-            return self._fact_items([record])[0]
+            # A deleted (ended) memory is not found, as in Mem0: history() and get_all(show_expired=True) show it.
+            return None if _ended(record, self._memory.clock.now()) else self._fact_items([record])[0]
         return self._episode_item(record)
 
     def get_all(
@@ -394,7 +395,7 @@ class Memory:
 
     @staticmethod
     def _require_current(fact: Fact, now: datetime) -> None:
-        if fact.expired_at is not None or (fact.invalid_at is not None and fact.invalid_at <= now):
+        if _ended(fact, now):
             raise MemoryNotFoundError(f"memory {fact.id} has ended already; history({fact.id!r}) shows when")
 
     def _read_scope(
@@ -413,25 +414,29 @@ class Memory:
 
     def _metadata_of(self, record: Fact | Episode, *, reserved: bool = False) -> dict[str, Any]:
         if isinstance(record, Fact):
-            meta = self._facts_metadata([record])[0]
+            meta = self._facts_metadata([record])[0][0]
         else:
             meta = dict(record.attributes.get("metadata", {}))
         return meta if reserved else {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
 
-    def _facts_metadata(self, facts: Sequence[Fact], known_at: datetime | None = None) -> list[dict[str, Any]]:
+    def _facts_metadata(
+        self, facts: Sequence[Fact], known_at: datetime | None = None
+    ) -> list[tuple[dict[str, Any], datetime | None]]:
         """Each fact's metadata: its first episode's, then, laid over it in order, the caller's metadata of each
         metadata update that restated this same fact (:func:`_restating_updates`); at ``known_at``, those made
-        by then."""
+        by then. With it, when the last of those updates was made (None: none)."""
         episodes = self._episodes_of(facts)
         out = []
         for fact in facts:
             first = episodes.get(fact.episodes[0]) if fact.episodes else None
             meta = dict(first.attributes.get("metadata", {})) if first is not None else {}
+            updated = None
             for update in _restating_updates(fact, episodes):
                 if known_at is None or update.created_at <= known_at:
                     later = update.attributes["metadata"]
                     meta.update((k, v) for k, v in later.items() if not k.startswith(RESERVED))
-            out.append(meta)
+                    updated = update.created_at
+            out.append((meta, updated))
         return out
 
     def _episodes_of(self, facts: Sequence[Fact]) -> dict[str, Episode]:
@@ -468,12 +473,14 @@ class Memory:
 
     def _fact_items(self, facts: Sequence[Fact], known_at: datetime | None = None) -> list[dict[str, Any]]:
         items = []
-        for fact, meta in zip(facts, self._facts_metadata(facts, known_at), strict=True):
+        for fact, (meta, restated) in zip(facts, self._facts_metadata(facts, known_at), strict=True):
             ends = fact.attributes.get(ENDED_BY_HAND, ())
+            # updated: the last end given by hand, or the last update that restated the fact (its metadata)
+            times = [t for t in (ends[-1]["recorded_at"] if ends else None, restated and restated.isoformat()) if t]
             items.append(
                 {
                     **_item(fact.id, fact.fact, fact.group_id, fact.created_at, meta),
-                    "updated_at": ends[-1]["recorded_at"] if ends else None,
+                    "updated_at": max(times, key=datetime.fromisoformat) if times else None,
                     "kind": "fact",
                     "valid_at": iso_offset(fact.valid_at),
                     "invalid_at": iso_offset(fact.invalid_at),
@@ -673,9 +680,20 @@ def _item(record_id: str, text: str, group: str, created_at: datetime, metadata:
 
 
 def _filterable(item: Mapping[str, Any]) -> dict[str, Any]:
-    """What a metadata filter sees: the metadata, and the message's actor and role."""
+    """What a metadata filter sees: the metadata, the message's actor and role, and the memory's own scope ids
+    (last: a filter on ``user_id`` inside ``AND`` / ``OR`` / ``NOT`` reads the scope it was added in)."""
     fields = {key: item[key] for key in ("actor_id", "role") if item.get(key) is not None}
-    return {**fields, **(item.get("metadata") or {})}
+    scope = {key: item[key] for key in SCOPE_KEYS if item.get(key) is not None}
+    return {**fields, **(item.get("metadata") or {}), **scope}
+
+
+def _ended(fact: Fact, now: datetime) -> bool:
+    """Whether a fact is over: superseded, ended by now, or holding for no time at all (a memory that had not
+    started yet when it was deleted ends where it starts)."""
+    end = fact.invalid_at
+    return fact.expired_at is not None or (
+        end is not None and (end <= now or (fact.valid_at is not None and end <= fact.valid_at))
+    )
 
 
 def _event(
