@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,7 +27,10 @@ from tkg import (
     UnknownGroupError,
     ValidationError,
 )
+from tkg.errors import ConfigurationError
 from tkg.llm.base import Prompt
+from tkg.ontology import Ontology, RelationType
+from tkg.timeline import Filters
 
 
 def snapshot_of(memory: Memory) -> dict[str, list]:
@@ -547,3 +552,53 @@ def test_bad_arguments_to_reads_and_files_are_tkg_errors(memory, tmp_path):
         with pytest.raises(error, match=match):
             call()
     assert snapshot_of(memory) == before and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _stated(memory: Memory) -> Memory:
+    memory.add_facts([FactInput("Ann", "LIKES", "Tea")], group_id="g")
+    return memory
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda m: m.add_facts(None), ValidationError),
+        (lambda m: m.search("tea", origins=None), ValidationError),
+        (lambda m: m.search("tea", config="cross_encoder", cross_encoder=5), ValidationError),
+        (lambda m: m.get_all(filters=5), ValidationError),
+        (lambda m: m.get_all(include_invalidated="yes"), ValidationError),
+        (lambda m: m.get(Kind.FACT, ["id"]), ValidationError),
+        (lambda m: m.get_many(Kind.FACT, 5), ValidationError),
+        (lambda m: Memory(embedder=None), ConfigurationError),
+        (lambda m: Memory(embedder=m.embedder, config={"search_limit": 3}), ConfigurationError),
+        (lambda m: Memory(embedder=m.embedder, ontology={}), ConfigurationError),
+        (lambda m: Memory(embedder=m.embedder, clock="now"), ConfigurationError),
+        (lambda m: Memory(embedder=m.embedder, llm="gpt"), ConfigurationError),
+        (lambda m: setattr(m, "llm", 5), ConfigurationError),
+        (lambda m: Ontology(entities=None), ConfigurationError),
+        (lambda m: Ontology(relations={"LIKES": RelationType(model=5)}), ConfigurationError),  # type: ignore[arg-type]
+        (lambda m: Filters(labels=5), ValidationError),
+        (lambda m: Filters(dates=5), ValidationError),
+    ],
+)
+def test_a_call_of_the_wrong_shape_is_refused_by_tkg_and_changes_nothing(call: Any, error: type) -> None:
+    """Arguments of the wrong type get tkg's own error, naming what was expected (each raised a raw TypeError or
+    AttributeError, some only later), and the memory is as it was."""
+    memory = _stated(Memory(embedder=HashEmbedder(dim=32), clock=FixedClock("2024-01-01T00:00:00Z")))
+    before = [(f.id, f.expired_at) for f in memory.records(Kind.FACT)]
+    with pytest.raises(error):
+        call(memory)
+    assert [(f.id, f.expired_at) for f in memory.records(Kind.FACT)] == before and memory.llm is None
+
+
+def test_a_memory_opened_with_a_bad_seam_leaves_no_file(tmp_path: Path) -> None:
+    """Memory.open with a durability that is not a JournalPolicy, or a bad configuration, is refused before
+    any file is made (it left a journal behind), and the path can be opened after."""
+    path = tmp_path / "m.tkg"
+    with pytest.raises(ConfigurationError, match="durability"):
+        Memory.open(path, embedder=HashEmbedder(dim=32), durability="x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="config"):
+        Memory.open(path, embedder=HashEmbedder(dim=32), config={"x": 1})  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+    with Memory.open(path, embedder=HashEmbedder(dim=32)) as memory:
+        assert memory.groups() == []

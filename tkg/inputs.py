@@ -213,8 +213,8 @@ def structured_facts(
 ) -> tuple[list[dict[str, Any]], Draft]:
     """The JSON document an :meth:`tkg.Memory.add_facts` episode keeps, and the draft of its entities and facts.
     A fact without ``valid_at`` holds from ``reference``; time phrases resolve against it."""
-    if isinstance(facts, (str, bytes, Mapping)):
-        raise ValidationError("add_facts takes an iterable of facts (FactInput or mappings), not one value")
+    if isinstance(facts, (str, bytes, Mapping)) or not isinstance(facts, Iterable):
+        raise ValidationError(f"add_facts takes an iterable of facts (FactInput or mappings), not {facts!r}")
     items = [FactInput.of(f) for f in facts]
     if not items:
         raise ValidationError("add_facts needs at least one fact")

@@ -74,6 +74,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         ontology: Ontology | None = None,
         check_embedder: bool = True,
     ) -> None:
+        check_seams(embedder, llm, clock, config, ontology)
         if store is None:
             from tkg.backends.memory import InMemoryStore
 
@@ -128,6 +129,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
 
     @embedder.setter
     def embedder(self, embedder: Embedder) -> None:
+        check_seams(embedder)
         if embedder.dim != self._store.dim:
             raise ConfigurationError(
                 f"the store holds {self._store.dim}-d vectors but the embedder makes {embedder.dim}-d"
@@ -146,6 +148,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
 
     @llm.setter
     def llm(self, llm: LLMClient | None) -> None:
+        check_seams(self._embedder, llm)
         with self._locks.write():
             self._llm = llm
             self._guarded = GuardedLLM(llm, self._config.llm_policy) if llm is not None else None
@@ -483,8 +486,14 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         is not an entity visible in the searched groups.
         """
         self._check_query(query)
-        if filters is not None and not isinstance(filters, Filters):
-            raise ValidationError("filters must be a tkg.timeline.Filters value")
+        if (
+            isinstance(origins, str)
+            or not isinstance(origins, Sequence)
+            or not all(isinstance(o, str) for o in origins)
+        ):
+            raise ValidationError(f"origins must be a list of entity ids, not {origins!r}")
+        if cross_encoder is not None and not isinstance(cross_encoder, CrossEncoder):
+            raise ValidationError(f"cross_encoder must have score(query, passages), not {cross_encoder!r}")
         chosen = choose(config, limit, targets, default=self._config.search, target_default=self._search_default)
         scope = make_scope(self._clock.now(), group_ids, as_of, known_at, include_invalidated, filters)
         reference = to_aware(reference_time, "reference_time") if reference_time is not None else None
@@ -615,10 +624,38 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         >>> Memory.open(os.path.join(folder, "m.tkg"), embedder=HashEmbedder()).stats(["g"])["records"]["fact"]
         1
         """
+        check_seams(embedder, llm, clock, config, ontology)  # before any file is made
+        if durability is not None and not isinstance(durability, JournalPolicy):
+            raise ConfigurationError(f"durability must be a JournalPolicy or None, not {durability!r}")
         files = persistence.DurableFiles.open(
             path, embedder, check_embedder=check_embedder, policy=durability, create=create
         )
-        memory = cls(files.store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
+        try:
+            memory = cls(files.store, embedder=embedder, llm=llm, clock=clock, config=config, ontology=ontology)
+        except BaseException:
+            files.close()
+            raise
         memory._files = files
         files.bind(memory._locks)
         return memory
+
+
+def check_seams(
+    embedder: object,
+    llm: object = None,
+    clock: object = None,
+    config: object = None,
+    ontology: object = None,
+) -> None:
+    """Raise :class:`ConfigurationError` unless each seam given to a memory is one (None: the default), before
+    anything uses it: a wrong object failed later with a raw AttributeError, far from its cause."""
+    wanted: list[tuple[str, object, type, str]] = [
+        ("embedder", embedder, Embedder, "an Embedder (dim, name, embed(texts)), e.g. tkg.HashEmbedder()"),
+        ("llm", llm, LLMClient, "an LLMClient (generate(prompt, response_model)) or None"),
+        ("clock", clock, Clock, "a Clock (now()) or None"),
+        ("config", config, MemoryConfig, "a MemoryConfig or None"),
+        ("ontology", ontology, Ontology, "an Ontology or None"),
+    ]
+    for name, value, kind, what in wanted:
+        if (value is not None or name == "embedder") and not isinstance(value, kind):
+            raise ConfigurationError(f"{name} must be {what}, not {value!r}")

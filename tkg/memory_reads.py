@@ -41,6 +41,8 @@ class MemoryReads:
         kind = kind_of(kind)
         if isinstance(ids, str):
             raise ValidationError(f"ids must be a list of ids, not one string ({ids!r}); get() reads one record")
+        if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
+            raise ValidationError(f"ids must be a list of id strings, not {ids!r}")
         with self._locks.read():
             return self._store.get(kind, list(ids))
 

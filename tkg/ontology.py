@@ -54,6 +54,9 @@ class Ontology:
     relations: Mapping[str, RelationType] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for part in ("entities", "relations"):
+            if not isinstance(getattr(self, part), Mapping):
+                raise ConfigurationError(f"Ontology.{part} must be a mapping, not {getattr(self, part)!r}")
         for label, model in self.entities.items():
             if not isinstance(label, str) or not _LABEL_RE.match(label) or label == "Entity":
                 raise ConfigurationError(f"entity type name {label!r} must be an identifier other than 'Entity'")
@@ -69,7 +72,9 @@ class Ontology:
                 raise ConfigurationError(str(exc)) from None
             if not isinstance(relation, RelationType):
                 raise ConfigurationError(f"relation {name!r} must be declared with RelationType(...)")
-            if relation.model is not None and not issubclass(relation.model, BaseModel):
+            if relation.model is not None and not (
+                isinstance(relation.model, type) and issubclass(relation.model, BaseModel)
+            ):
                 raise ConfigurationError(f"relation {name!r}: model must be a pydantic model class")
             for label in (*relation.sources, *relation.targets):
                 if label != "Entity" and label not in self.entities:

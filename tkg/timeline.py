@@ -96,13 +96,13 @@ class Filters:
                 continue
             if isinstance(value, str):
                 value = [value]
-            items = frozenset(value)
-            if not all(isinstance(v, str) and v for v in items):
-                raise ValidationError(f"Filters.{name} must be non-empty strings, got {sorted(map(repr, items))}")
-            object.__setattr__(self, name, items)
-        dates = tuple(self.dates)
-        if not all(isinstance(d, DateRange) for d in dates):
-            raise ValidationError("Filters.dates must be DateRange values")
+            if not isinstance(value, Iterable) or not all(isinstance(v, str) and v for v in value):
+                raise ValidationError(f"Filters.{name} must be non-empty strings, got {value!r}")
+            object.__setattr__(self, name, frozenset(value))
+        given = (self.dates,) if isinstance(self.dates, DateRange) else self.dates  # one, as for labels
+        dates = tuple(given) if isinstance(given, Iterable) else ()
+        if not isinstance(given, Iterable) or not all(isinstance(d, DateRange) for d in dates):
+            raise ValidationError(f"Filters.dates must be DateRange values, got {self.dates!r}")
         object.__setattr__(self, "dates", dates)
 
     def __bool__(self) -> bool:
@@ -197,6 +197,10 @@ def make_scope(
     filters: Filters | None = None,
 ) -> Scope:
     """Resolve the user's query arguments against ``now`` (from the clock seam) into a :class:`Scope`."""
+    if filters is not None and not isinstance(filters, Filters):
+        raise ValidationError(f"filters must be a tkg.timeline.Filters value, not {filters!r}")
+    if not isinstance(include_invalidated, bool):
+        raise ValidationError(f"include_invalidated must be True or False, not {include_invalidated!r}")
     groups = group_set(group_ids)
     asked = optional_utc(known_at, "known_at")
     tx = asked or to_utc(now, "now")
