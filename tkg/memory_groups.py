@@ -41,11 +41,11 @@ class MemoryGroups:
         to a temporary name and renamed, so a failed export leaves no partial file."""
         if format not in formats.FORMATS:
             raise ValidationError(f"unknown export format {format!r}; use one of {', '.join(formats.FORMATS)}")
+        target = file_path(path, "an export's path")
         groups = frozenset(check_group_id(g) for g in group_ids) if group_ids is not None else None
         with self._locks.read():
             records = {kind: list(self._store.scan(kind, groups)) for kind in formats.KIND_ORDER}
             held = sorted(groups if groups is not None else self._store.groups())
-        target = file_path(path, "an export's path")
         entities = [e for e in records[Kind.ENTITY] if isinstance(e, Entity)]
         facts = [f for f in records[Kind.FACT] if isinstance(f, Fact)]
         if format == "neo4j":
