@@ -4,13 +4,14 @@ filters of a scope (labels, relations, date ranges) and the episode timeline, on
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from conftest import T0
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tkg import FixedClock, HashEmbedder, Memory
+from tkg import FactInput, FixedClock, HashEmbedder, Memory
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import TimestampError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind
@@ -193,6 +194,59 @@ def test_store_search_agrees_with_brute_force_on_both_timelines(make_store, time
             expected = brute_force(facts, day(as_of), now, False)
             scope = make_scope(now, ["g"], as_of=day(as_of))
             assert {h.id for h in store.vector_search(Kind.FACT, vector, 100, scope)} == expected
+
+
+def _believed_expiry(f: Fact, tx: datetime) -> datetime | None:
+    # when the supersession the memory knew at tx was learnt: the record's own once learnt, else the earlier one
+    # believed then, else none
+    if f.expired_at is not None and f.expired_at <= tx:
+        return f.expired_at
+    for r in f.attributes.get("tkg.revisions", []):
+        if datetime.fromisoformat(r["expired_at"]) <= tx < datetime.fromisoformat(r["until"]):
+            return datetime.fromisoformat(r["expired_at"])
+    return None
+
+
+def _in_range(value: datetime | None, start: int | None, end: int | None, missing: bool) -> bool:
+    if value is None:
+        return missing
+    return (start is None or day(start) <= value) and (end is None or value < day(end))  # type: ignore[operator]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    times=st.lists(fact_times(), min_size=1, max_size=15),
+    queries=QUERY_TIMES,
+    field=st.sampled_from(["invalid_at", "expired_at"]),
+    start=st.none() | st.integers(-5, 33),
+    length=st.none() | st.integers(0, 20),
+    missing=st.booleans(),
+)
+def test_date_filters_judge_a_fact_as_the_view_knows_it(make_store, times, queries, field, start, length, missing):
+    """A date range on invalid_at or expired_at reads a fact's end and expiry as known at known_at (the end
+    believed then, the supersession learnt by then), as the view shows the fact: a filter judged today's record,
+    so a view of the past found a supersession it did not know yet."""
+    store = make_store(32)
+    facts = _facts(times)
+    store.write(WriteBatch(puts=[*_entities(), *facts]))
+    end = None if length is None else (start if start is not None else -5) + length
+    filters = Filters(dates=(DateRange(field, start=day(start), end=day(end), include_missing=missing),))
+    vector = EMB.embed(["common fact"])[0]
+    for as_of, known_at, history in queries:
+        scope = make_scope(
+            NOW, ["g"], as_of=day(as_of), known_at=day(known_at), include_invalidated=history, filters=filters
+        )
+        tx = day(known_at) or NOW
+        known = _believed_end if field == "invalid_at" else _believed_expiry
+        expected = {
+            f.id
+            for f in facts
+            if f.id in brute_force(facts, day(as_of), day(known_at), history)
+            and _in_range(known(f, tx), start, end, missing)
+        }
+        assert {h.id for h in store.vector_search(Kind.FACT, vector, 100, scope)} == expected
+        assert {h.id for h in store.text_search(Kind.FACT, "common fact", 100, scope)} == expected
+        assert {f.id for f in store.facts_of(["e1"], scope)} == expected
 
 
 @settings(max_examples=15, deadline=None)
@@ -393,3 +447,25 @@ def test_a_moving_now_follows_the_ends_of_earlier_supersessions(make_store, lear
         assert now is not None
         expected = {f.id for f in facts if _open_at(_believed_end(f, now), now)}
         assert {h.id for h in store.text_search(Kind.FACT, "common", 100, make_scope(now, ["g"]))} == expected, n
+
+
+def test_a_known_at_view_ranks_by_the_restatements_known_then() -> None:
+    """config="episode_mentions" as of an earlier known_at counts the episodes that had stated each fact by then
+    (it counted restatements recorded later, and ranked by today's memory)."""
+    clock = FixedClock("2024-01-01T00:00:00Z")
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=clock)
+    rome = FactInput("Ann", "LIKES", "Rome", "Ann likes Rome", valid_at="2020-01-01T00:00:00Z")
+    oslo = FactInput("Ann", "LIKES", "Oslo", "Ann likes Oslo", valid_at="2020-01-01T00:00:00Z")
+    memory.add_facts([rome, oslo], group_id="g")
+    then = clock.now()
+
+    def ranked(**known: Any) -> list[tuple[str, float]]:
+        found = memory.search("Ann likes Oslo", config="episode_mentions", **known)
+        return [(hit.record.fact, round(hit.score, 6)) for hit in found.facts]
+
+    before = ranked()
+    for _ in range(3):
+        clock.advance(days=1)
+        memory.add_facts([rome], group_id="g")  # restated, learnt after `then`
+    assert ranked()[0] == ("Ann likes Rome", 4.0)
+    assert ranked(known_at=then) == before

@@ -15,6 +15,8 @@ is given explicitly. Entities and communities are seen once created; episodes to
 
 A scope may also carry filters (:class:`Filters`): entity labels, fact relation types, and date ranges on the
 timestamps of each kind. A filter that names a label or relation nothing has simply admits nothing of that kind.
+A date range judges a fact as the view shows it (:meth:`Scope.shown`): its ``invalid_at`` and ``expired_at`` as
+known at ``known_at``, not what was learnt later.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class Scope:
             return False
         if record.created_at > self.known_at:
             return False
-        if self.filters and not self.filters.admits(record):
+        if self.filters and not self.filters.admits(self.shown(record)):  # a fact's times as the view knows them
             return False
         if isinstance(record, Fact):
             return self.as_of is None or fact_holds(record, self.as_of, self.known_at)

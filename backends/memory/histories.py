@@ -70,19 +70,7 @@ class FactHistories:
     ) -> None:
         """Correct ``ends`` (the facts' ends as known at ``tx`` by the columns, over all slots or ``rows``) where a
         listed fact's history decides; ``columns``: expired, invalid and prior over the same slots."""
-        slots, first_learnt, last_until, last_recorded = self._prefilter()
-        if rows is None:
-            inside = slots < len(ends)
-            positions = slots[inside]
-            slots, first_learnt, last_until, last_recorded = (
-                a[inside] for a in (slots, first_learnt, last_until, last_recorded)
-            )
-        else:
-            positions = np.flatnonzero(np.isin(rows, slots))
-            order = np.searchsorted(slots, rows[positions])
-            slots, first_learnt, last_until, last_recorded = (
-                a[order] for a in (slots, first_learnt, last_until, last_recorded)
-            )
+        positions, slots, first_learnt, last_until, last_recorded = self._listed(len(ends), rows)
         expired, invalid, prior = (c[positions] for c in columns)
         # Only where an end by hand came after tx, or a supersession listed here was believed at tx: elsewhere the
         # columns are right.
@@ -90,6 +78,35 @@ class FactHistories:
         for i in np.flatnonzero(wanted).tolist():
             revisions, hand = self._by_slot[int(slots[i])]
             ends[positions[i]] = _believed(int(expired[i]), int(invalid[i]), int(prior[i]), revisions, hand, tx)
+
+    def adjust_expiry(
+        self, expiry: npt.NDArray[np.int64], expired: npt.NDArray[np.int64], tx: int, rows: npt.NDArray[np.int64] | None
+    ) -> None:
+        """Correct ``expiry`` (when each fact's supersession was learnt, as known at ``tx`` by the ``expired``
+        column: MAX where not by then) where an earlier supersession listed here was believed at ``tx``: the fact
+        was expired then, when that one was learnt (the ``expired_at`` of :func:`tkg.revisions.as_known`)."""
+        positions, slots, first_learnt, last_until, _ = self._listed(len(expiry), rows)
+        wanted = (first_learnt <= tx) & (tx < last_until) & ~((expired[positions] != MAX) & (expired[positions] <= tx))
+        for i in np.flatnonzero(wanted).tolist():
+            revisions, _ = self._by_slot[int(slots[i])]
+            for learnt, until, _ in reversed(revisions):
+                if learnt <= tx:
+                    if tx < until:
+                        expiry[positions[i]] = learnt
+                    break
+
+    def _listed(self, size: int, rows: npt.NDArray[np.int64] | None) -> tuple[npt.NDArray[np.int64], ...]:
+        """The positions (over all ``size`` slots, or in ``rows``) of the listed facts, and their prefilter arrays
+        (:meth:`_prefilter`) in the same order."""
+        slots, first_learnt, last_until, last_recorded = self._prefilter()
+        if rows is None:
+            inside = slots < size
+            positions = slots[inside]
+            order: npt.NDArray[np.int64] | npt.NDArray[np.bool_] = inside
+        else:
+            positions = np.flatnonzero(np.isin(rows, slots))
+            order = np.searchsorted(slots, rows[positions])
+        return (positions, *(a[order] for a in (slots, first_learnt, last_until, last_recorded)))
 
     def _prefilter(self) -> tuple[npt.NDArray[np.int64], ...]:
         if self._arrays is None:

@@ -281,7 +281,7 @@ class Table:
         elif self.kind is Kind.EPISODE and scope.explicit_as_of and scope.as_of is not None:
             mask &= col(self.valid) <= to_micros(scope.as_of)
         if scope.filters:
-            self._filter(mask, scope.filters, relation_codes, col)
+            self._filter(mask, scope.filters, relation_codes, col, tx, rows)
         return mask
 
     def believed_ends(self, tx: int, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.int64]:
@@ -293,6 +293,16 @@ class Table:
         if self.histories:
             self.histories.adjust(ends, (expired, self.invalid.at(rows), self.prior.at(rows)), tx, rows)
         return ends
+
+    def believed_expiry(self, tx: int, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.int64]:
+        """Each fact's ``expired_at`` as known at ``tx`` (MAX: not superseded as far as was known then), over all
+        slots or ``rows``: the record's once learnt by then, else the earlier supersession believed then
+        (:attr:`histories`), else none (:func:`tkg.timeline.as_known`)."""
+        expired = self.expired.at(rows)
+        expiry = np.where(expired <= tx, expired, MAX)
+        if self.histories:
+            self.histories.adjust_expiry(expiry, expired, tx, rows)
+        return expiry
 
     def holding(self, at: int, ends: npt.NDArray[np.int64], rows: npt.NDArray[np.int64] | None = None) -> Mask:
         """Where a fact held in the world at ``at``, given its believed ``ends`` (over all slots, or ``rows``)."""
@@ -319,6 +329,8 @@ class Table:
         filters: Filters,
         relation_codes: dict[str, int],
         col: Callable[[Column], npt.NDArray],  # type: ignore[type-arg]
+        tx: int,
+        rows: npt.NDArray[np.int64] | None,
     ) -> None:
         if filters.labels is not None and self.kind is Kind.ENTITY:
             labelled = np.zeros_like(mask)
@@ -334,7 +346,12 @@ class Table:
             column, missing = self._date_column(rng.field)
             if column is None:
                 continue
-            values = col(column)
+            if self.kind is Kind.FACT and rng.field == "invalid_at":  # as the view knows them
+                values = self.believed_ends(tx, rows)
+            elif self.kind is Kind.FACT and rng.field == "expired_at":
+                values = self.believed_expiry(tx, rows)
+            else:
+                values = col(column)
             inside = np.ones_like(mask)
             if rng.start is not None:
                 inside &= values >= to_micros(rng.start)  # type: ignore[arg-type]

@@ -18,14 +18,20 @@ from .schema import TABLES
 _NULLABLE = {"valid_at", "invalid_at", "expired_at"}
 
 
-#: A fact's end as believed at ``s_known`` from its earlier supersessions (:mod:`tkg.revisions`): the end of the one
-#: believed then (the last learnt by then, if not replaced by then), NULL when there is none.
-_EARLIER_END = (
-    f"CASE WHEN position('{REVISIONS}' in attributes::text) = 0 THEN NULL ELSE (SELECT CASE WHEN %(s_known)s < "
-    "(r.value->>'until')::timestamptz THEN (r.value->>'invalid_at')::timestamptz END FROM json_array_elements("
-    f"attributes->'{REVISIONS}') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= "
-    "%(s_known)s ORDER BY r.n DESC LIMIT 1) END"
-)
+
+def _earlier(field: str) -> str:
+    """A field (``invalid_at``, ``expired_at``) of the earlier supersession (:mod:`tkg.revisions`) believed at
+    ``s_known`` (the last learnt by then, if not replaced by then), NULL when there is none."""
+    return (
+        f"CASE WHEN position('{REVISIONS}' in attributes::text) = 0 THEN NULL ELSE (SELECT CASE WHEN %(s_known)s < "
+        f"(r.value->>'until')::timestamptz THEN (r.value->>'{field}')::timestamptz END FROM json_array_elements("
+        f"attributes->'{REVISIONS}') WITH ORDINALITY AS r(value, n) WHERE (r.value->>'expired_at')::timestamptz <= "
+        "%(s_known)s ORDER BY r.n DESC LIMIT 1) END"
+    )
+
+
+#: A fact's end as believed at ``s_known`` from its earlier supersessions: the end of the one believed then.
+_EARLIER_END = _earlier("invalid_at")
 #: The ends given by hand recorded after ``s_known``, oldest first (a FROM clause).
 _LATER_BY_HAND = (
     f"FROM json_array_elements(attributes->'{ENDED_BY_HAND}') WITH ORDINALITY AS h(value, n) "
@@ -50,6 +56,11 @@ _OWN_END_AT = (
 _BELIEVED_END = (
     f"CASE WHEN expired_at <= %(s_known)s THEN invalid_at ELSE COALESCE(({_EARLIER_END}), {_OWN_END_AT}) END"
 )
+#: When a fact's supersession was learnt, as known at ``s_known`` (NULL: none known then), as
+#: :func:`tkg.revisions.as_known` shows it: the record's once learnt by then, else the earlier one believed then.
+_BELIEVED_EXPIRY = f"CASE WHEN expired_at <= %(s_known)s THEN expired_at ELSE ({_earlier('expired_at')}) END"
+#: The columns a date filter reads of a fact as the view knows it (tkg.timeline.Scope.shown); the others as stored.
+_AS_KNOWN = {"invalid_at": f"({_BELIEVED_END})", "expired_at": f"({_BELIEVED_EXPIRY})"}
 
 
 def scope_where(kind: Kind, scope: Scope | None, params: dict[str, Any]) -> str:
@@ -102,6 +113,8 @@ def _filters(kind: Kind, filters: Filters, params: dict[str, Any]) -> list[str]:
         if record_type not in DATE_FIELDS[rng.field]:
             continue
         column = rng.field  # one of DATE_FIELDS' keys, which are also our column names
+        if kind is Kind.FACT:
+            column = _AS_KNOWN.get(column, column)
         inside: list[str] = []
         if rng.start is not None:
             params[f"d{i}_start"] = rng.start
@@ -110,7 +123,7 @@ def _filters(kind: Kind, filters: Filters, params: dict[str, Any]) -> list[str]:
             params[f"d{i}_end"] = rng.end
             inside.append(f"{column} < %(d{i}_end)s")
         condition = " AND ".join(inside) or "TRUE"
-        if column in _NULLABLE:
+        if rng.field in _NULLABLE:
             missing = "TRUE" if rng.include_missing else "FALSE"
             condition = f"(({column} IS NOT NULL AND {condition}) OR ({column} IS NULL AND {missing}))"
         parts.append(condition)
