@@ -273,9 +273,11 @@ def _mmr(run: _Search, kind: Kind, config: TargetConfig, fused: list[Hit]) -> li
 
 
 def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float]:
-    """Facts: the episodes that stated them. Entities: the visible episodes that mention them."""
+    """Facts: the episodes that stated them, as the view knows them (a restatement recorded after ``known_at`` is
+    not counted). Entities: the visible episodes that mention them."""
     if kind is Kind.FACT:
-        return {r.id: float(len(r.episodes)) for r in run.load(Kind.FACT, ids) if isinstance(r, Fact)}
+        shown = run.scope.shown
+        return {r.id: float(len(shown(r).episodes)) for r in run.load(Kind.FACT, ids) if isinstance(r, Fact)}
     if kind is Kind.ENTITY and ids:
         mentions = run.store.mentions(entity_ids=ids)
         visible = {
