@@ -3,7 +3,7 @@ filters of a scope (labels, relations, date ranges) and the episode timeline, on
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from tkg import FactInput, FixedClock, HashEmbedder, Memory
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import TimestampError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind
-from tkg.search_config import Method, SearchConfig, TargetConfig
+from tkg.search_config import EpisodeContext, Method, Reranker, SearchConfig, TargetConfig
 from tkg.storage import WriteBatch
 from tkg.timeline import DateRange, Filters, make_scope
 
@@ -468,4 +468,45 @@ def test_a_known_at_view_ranks_by_the_restatements_known_then() -> None:
         clock.advance(days=1)
         memory.add_facts([rome], group_id="g")  # restated, learnt after `then`
     assert ranked()[0] == ("Ann likes Rome", 4.0)
+    assert ranked(known_at=then) == before
+
+
+@pytest.mark.parametrize("later", [10, 47, 60, 300])
+def test_a_known_at_view_weighs_conversation_sessions_as_the_memory_of_then(later: int) -> None:
+    """The conversation reranker's sessions in a known_at view: turns recorded later (and said later) do not
+    crowd its scan of the timeline. With 48 or more, the session of the last turns lost its end, and its bonus."""
+    config = SearchConfig(
+        episodes=TargetConfig(
+            reranker=Reranker.EPISODE_CONTEXT,
+            candidate_factor=5,
+            context=EpisodeContext(bm25_weight=0.0, entity_weight=0.0, time_weight=0.0, neighbour_weight=0.0),
+        )
+    )
+    clock = FixedClock("2024-01-01T12:00:00Z")
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=clock)
+    t0 = datetime(2024, 1, 1, 10, 0, tzinfo=UTC)
+    turns = [
+        ("Ann: I went hiking yesterday.", 0),
+        ("Bob: Where did you go?", 1),
+        ("Ann: Up the mountain near the lake.", 2),
+        ("Cy: Unrelated chatter about cooking pasta.", 300),
+        ("Cy: I like tomato sauce a lot.", 301),
+        ("Dee: The weather is cold today.", 540),
+        ("Dee: I bought a new coat.", 541),
+    ]
+    for text, minutes in turns:
+        memory.add_episode(text, group_id="g", reference_time=t0 + timedelta(minutes=minutes), extract=False)
+    then = clock.now()
+
+    def ranked(**known: Any) -> list[tuple[str, float]]:
+        found = memory.search("Dee bought mountain lake", config=config, group_ids=["g"], **known)
+        return [(hit.record.content, round(hit.score, 6)) for hit in found.episodes]
+
+    before = ranked()
+    clock.advance(days=1)
+    for i in range(later):
+        memory.add_episode(
+            f"Zed: filler line {i} about nothing.", group_id="g", reference_time=t0 + timedelta(days=2, minutes=i),
+            extract=False,
+        )  # fmt: skip
     assert ranked(known_at=then) == before

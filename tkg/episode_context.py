@@ -33,6 +33,9 @@ Loader = Callable[[Kind, Sequence[str]], list[Record | None]]
 
 #: How far a session is followed on either side of a candidate (longer sessions are cut at this window).
 SESSION_SCAN = 48
+#: A view of the past scans further on a side where episodes it does not see (recorded later) crowd the scan, up
+#: to this many episodes.
+_SCAN_MOST = SESSION_SCAN * 64
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -295,12 +298,23 @@ def _session(store: Store, episode: Episode, config: EpisodeContext, scope: Scop
     weigh as a unit: episodes stored without times of their own (all stamped within seconds when imported) form
     one endless "session". An episode the view does not see (recorded after ``known_at``, said after ``as_of``)
     joins no session: a view of the past ranks as the memory of then would."""
-    scanned = store.episode_window(episode.id, SESSION_SCAN, SESSION_SCAN)
-    first = next(i for i, e in enumerate(scanned) if e.id == episode.id)
-    began, finished = first < SESSION_SCAN, len(scanned) - 1 - first < SESSION_SCAN  # the timeline's ends reached
     sees = scope.unfiltered().admits
-    window = [e for e in scanned if e.id == episode.id or sees(e)]
-    at = next(i for i, e in enumerate(window) if e.id == episode.id)
+    before = after = SESSION_SCAN
+    while True:  # SESSION_SCAN seen episodes on each side: a side crowded by unseen ones is scanned further
+        scanned = store.episode_window(episode.id, before, after)
+        first = next(i for i, e in enumerate(scanned) if e.id == episode.id)
+        began, finished = first < before, len(scanned) - 1 - first < after  # the timeline's ends reached
+        window = [e for e in scanned if e.id == episode.id or sees(e)]
+        at = next(i for i, e in enumerate(window) if e.id == episode.id)
+        more_before = not began and at < SESSION_SCAN
+        more_after = not finished and len(window) - 1 - at < SESSION_SCAN
+        if not (more_before or more_after) or max(before, after) >= _SCAN_MOST:
+            break
+        before, after = before * (4 if more_before else 1), after * (4 if more_after else 1)
+    # As far as SESSION_SCAN seen episodes reach, and an end known where fewer were found: as a view of the
+    # memory as it stood then scans.
+    window, at = window[max(0, at - SESSION_SCAN) : at + SESSION_SCAN + 1], min(at, SESSION_SCAN)
+    began, finished = began and at < SESSION_SCAN, finished and len(window) - 1 - at < SESSION_SCAN
     start = at
     while start > 0 and episode_gap(window[start - 1], window[start]) <= config.session_gap.total_seconds():
         start -= 1
