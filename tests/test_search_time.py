@@ -15,7 +15,7 @@ from tkg import FactInput, FixedClock, HashEmbedder, Memory
 from tkg.backends.memory import InMemoryStore
 from tkg.errors import TimestampError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind
-from tkg.search_config import EpisodeContext, Method, Reranker, SearchConfig, TargetConfig
+from tkg.search_config import BfsOrigin, EpisodeContext, Method, Reranker, SearchConfig, TargetConfig
 from tkg.storage import WriteBatch
 from tkg.timeline import DateRange, Filters, make_scope
 
@@ -510,3 +510,29 @@ def test_a_known_at_view_weighs_conversation_sessions_as_the_memory_of_then(late
             extract=False,
         )  # fmt: skip
     assert ranked(known_at=then) == before
+
+
+def test_a_known_at_view_walks_from_the_recent_episodes_it_sees() -> None:
+    """BFS from the recent episodes in a known_at view starts from the latest episodes the view sees: episodes
+    recorded later with earlier reference times (a backfill) took every slot, and the walk found nothing."""
+    walk = SearchConfig(facts=TargetConfig(methods=(Method.BFS,), bfs_origin=BfsOrigin.RECENT_EPISODES))
+    clock = FixedClock("2024-03-01T00:00:00Z")
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=clock)
+    memory.add_facts(
+        [FactInput("Ann", "WORKS_AT", "Acme", "Ann works at Acme", valid_at="2020-01-01T00:00:00Z")],
+        group_id="g",
+        reference_time="2024-02-28T00:00:00Z",
+    )
+    then = clock.now()
+
+    def walked(**known: Any) -> list[str]:
+        return [hit.record.fact for hit in memory.search("zzz qqq", config=walk, group_ids=["g"], **known).facts]
+
+    assert walked() == ["Ann works at Acme"]
+    clock.advance(days=1)
+    for i in range(40):  # recorded after `then`, said just before it
+        memory.add_episode(
+            f"Bob: old note {i}", group_id="g", reference_time=then - timedelta(hours=1 + i), extract=False
+        )
+    assert walked(known_at=then) == ["Ann works at Acme"]
+    assert walked(as_of=then) == []  # as known now, the latest turns before `then` are the notes

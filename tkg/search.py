@@ -24,6 +24,8 @@ from tkg.storage import Candidates, Hit, Store
 from tkg.timeline import Scope
 
 R = TypeVar("R", bound=Record)
+#: A view of the past reads up to this many times the recent episodes it wants, where later ones crowd them.
+_RECENT_MOST = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +211,7 @@ def _bfs_origins(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Met
         scope = run.scope
         groups = sorted(scope.group_ids if scope.group_ids is not None else run.store.groups())
         before = scope.as_of if scope.explicit_as_of and scope.as_of is not None else scope.known_at
-        episodes = [
-            e.id
-            for g in groups
-            for e in run.store.recent_episodes(g, before, config.recent_episodes)
-            if scope.unfiltered().admits(e)
-        ]
+        episodes = [e.id for g in groups for e in _recent_seen(run.store, g, before, config.recent_episodes, scope)]
         return list(dict.fromkeys(m.entity_id for m in run.store.mentions(episode_ids=episodes))) if episodes else []
     # The best hits of the other methods (a wider start makes a neighbourhood of everything).
     top = list(dict.fromkeys(h.id for hits in lists.values() for h in hits[: config.bfs_seeds]))
@@ -226,6 +223,20 @@ def _bfs_origins(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Met
     if kind is Kind.COMMUNITY:
         return list(dict.fromkeys(m.entity_id for m in run.store.memberships(community_ids=top))) if top else []
     return []
+
+
+def _recent_seen(store: Store, group_id: str, before: datetime, n: int, scope: Scope) -> list[Episode]:
+    """The ``n`` latest episodes of a group up to ``before`` that the view sees, oldest first. A view of the past
+    reads further back where episodes recorded later (a backfill of earlier turns) crowd the latest, up to
+    :data:`_RECENT_MOST` times ``n``."""
+    sees = scope.unfiltered().admits
+    want = n
+    while True:
+        found = store.recent_episodes(group_id, before, want)
+        seen = [e for e in found if sees(e)]
+        if len(seen) >= n or len(found) < want or want >= n * _RECENT_MOST:
+            return seen[-n:] if n > 0 else []
+        want *= 4
 
 
 # -- ρ: rerankers ---------------------------------------------------------------------------------------------
