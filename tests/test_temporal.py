@@ -29,7 +29,7 @@ from tkg.time_phrases import (
     find_time_phrases,
     parse_time_phrase,
 )
-from tkg.timeutil import EARLIEST, LATEST
+from tkg.timeutil import EARLIEST, LATEST, to_utc
 
 
 def day(y: int, m: int = 1, d: int = 1) -> datetime:
@@ -460,3 +460,10 @@ def test_time_span_covers_a_named_period_or_a_stretch_around_a_date() -> None:
     assert weekend is not None and (weekend.start, weekend.end) == (day(2024, 6, 8), day(2024, 6, 25))
     assert time_span("What may I cook?", ref, lag) is None
     assert time_span("Anything from 9999-12-30?", day(9999, 12, 29), lag) is None  # off the calendar: no span
+
+
+def test_an_out_of_range_time_is_refused_naming_the_range_tkg_holds() -> None:
+    """The message names the bounds tkg really holds (it said "years 1 to 9999" of 0001-01-01, which is in year 1)."""
+    for value in ("0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z"):
+        with pytest.raises(TimestampError, match="0001-01-02 to 9999-12-30, in UTC"):
+            to_utc(value, "valid_at")

@@ -21,7 +21,7 @@ from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.temporal import resolve_time
 from tkg.time_phrases import find_time_phrases
-from tkg.timeutil import to_utc
+from tkg.timeutil import SUPPORTED_RANGE, to_utc
 
 _SPEAKER = re.compile(r"^\s*([^:\n]{1,80}?)\s*:\s+\S")
 #: Words that label a line rather than name who says it ("Note: the meeting moved"): never a speaker.
@@ -159,7 +159,7 @@ def _date(
     if value is None and _NUMERIC_DATE.match(str(phrase).strip()):
         # A date written in digits that is none (year 0, past 9999-12-30, month 13): malformed output, not a
         # vague phrase; the caller turns it into an LLM failure.
-        raise ValueError(f"the {which} date {phrase!r} is not a date tkg can store (years 1 to 9999)")
+        raise ValueError(f"the {which} date {phrase!r} is not a date tkg can store ({SUPPORTED_RANGE})")
     if value is None:
         fallback = "used the episode time" if which == "start" else "kept it open-ended"
         draft.warnings.append(f"could not date the {which} {phrase!r}; {fallback}")

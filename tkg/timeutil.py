@@ -9,6 +9,8 @@ from tkg.errors import TimestampError
 # Timestamps outside this window are almost always a unit mix-up (ms vs s) or a typo; reject them early.
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+#: The range, as error messages name it.
+SUPPORTED_RANGE = f"{EARLIEST.date().isoformat()} to {LATEST.date().isoformat()}, in UTC"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -36,10 +38,10 @@ def to_utc(value: datetime | str, what: str = "timestamp") -> datetime:
         result = value.astimezone(UTC)
     except OverflowError:
         raise TimestampError(
-            f"{what} {value.isoformat()} is outside the supported range (years 1 to 9999, in UTC)"
+            f"{what} {value.isoformat()} is outside the supported range ({SUPPORTED_RANGE})"
         ) from None
     if not (EARLIEST <= result <= LATEST):
-        raise TimestampError(f"{what} {result.isoformat()} is outside the supported range (years 1 to 9999)")
+        raise TimestampError(f"{what} {result.isoformat()} is outside the supported range ({SUPPORTED_RANGE})")
     return result
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from tkg.errors import ConfigurationError, TimestampError, ValidationError
 from tkg.models import check_group_id
-from tkg.timeutil import to_utc
+from tkg.timeutil import SUPPORTED_RANGE, to_utc
 
 __all__ = [
     "DEFAULT_CONTEXT_CHARS",
@@ -110,7 +110,7 @@ def parse_time(value: object, what: str = "timestamp") -> datetime | None:
     try:
         return to_utc(parsed, what)
     except TimestampError:
-        raise TimestampError(f"{what} {value!r} is outside the supported range (years 1 to 9999, in UTC)") from None
+        raise TimestampError(f"{what} {value!r} is outside the supported range ({SUPPORTED_RANGE})") from None
 
 
 def parse_limit(value: object, what: str = "limit", *, default: int, maximum: int, minimum: int = 1) -> int:
