@@ -32,7 +32,7 @@ from tkg.locks import MemoryLocks
 from tkg.memory_files import MemoryFiles
 from tkg.memory_groups import MemoryGroups
 from tkg.memory_reads import Groups, MemoryReads
-from tkg.models import Episode, EpisodeSource, EpisodeStatus, Fact, Kind, check_group_id
+from tkg.models import Episode, EpisodeSource, EpisodeStatus, Fact, Kind, check_group_id, check_id_list
 from tkg.ontology import Ontology
 from tkg.reads import Neighbourhood
 from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer
@@ -486,12 +486,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         is not an entity visible in the searched groups.
         """
         self._check_query(query)
-        if (
-            isinstance(origins, str)
-            or not isinstance(origins, Sequence)
-            or not all(isinstance(o, str) for o in origins)
-        ):
-            raise ValidationError(f"origins must be a list of entity ids, not {origins!r}")
+        check_id_list(origins, "origins")
         if cross_encoder is not None and not isinstance(cross_encoder, CrossEncoder):
             raise ValidationError(f"cross_encoder must have score(query, passages), not {cross_encoder!r}")
         chosen = choose(config, limit, targets, default=self._config.search, target_default=self._search_default)

@@ -12,7 +12,7 @@ from tkg.clock import Clock
 from tkg.embedders.base import Embedder
 from tkg.errors import NotFoundError, ValidationError
 from tkg.locks import MemoryLocks
-from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind, Mention, Record
+from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind, Mention, Record, check_id_list
 from tkg.reads import Neighbourhood
 from tkg.storage import Store
 from tkg.timeline import Filters, group_set, make_scope
@@ -39,12 +39,9 @@ class MemoryReads:
     def get_many(self, kind: Kind | str, ids: Sequence[str]) -> list[Record | None]:
         """The records of this kind with these ids, in order; None where there is none."""
         kind = kind_of(kind)
-        if isinstance(ids, str):
-            raise ValidationError(f"ids must be a list of ids, not one string ({ids!r}); get() reads one record")
-        if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
-            raise ValidationError(f"ids must be a list of id strings, not {ids!r}")
+        wanted = check_id_list(ids, "ids (get() reads one record)")
         with self._locks.read():
-            return self._store.get(kind, list(ids))
+            return self._store.get(kind, wanted)
 
     def groups(self) -> list[str]:
         """The groups that hold at least one record, sorted."""

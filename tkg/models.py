@@ -19,7 +19,7 @@ import dataclasses
 import json
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
@@ -108,6 +108,16 @@ def check_id(value: object, what: str = "id") -> str:
     if not isinstance(value, str) or not _ID_RE.match(value):
         raise ValidationError(f"{what} {value!r} is invalid: use 1-128 characters from letters, digits and _ . : -")
     return value
+
+
+def check_id_list(value: object, what: str = "ids") -> list[str]:
+    """``value`` as a list of strings (ids, looked up as they are): :class:`ValidationError` for one string (a
+    common slip for a list of one) or anything that is not a sequence of strings."""
+    if isinstance(value, str):
+        raise ValidationError(f"{what} must be a list of ids, not one string ({value!r})")
+    if not isinstance(value, Sequence) or not all(isinstance(i, str) for i in value):
+        raise ValidationError(f"{what} must be a list of id strings, not {value!r}")
+    return list(value)
 
 
 def check_relation(name: object) -> str:

@@ -37,9 +37,7 @@ def to_utc(value: datetime | str, what: str = "timestamp") -> datetime:
     try:
         result = value.astimezone(UTC)
     except OverflowError:
-        raise TimestampError(
-            f"{what} {value.isoformat()} is outside the supported range ({SUPPORTED_RANGE})"
-        ) from None
+        raise TimestampError(f"{what} {value.isoformat()} is outside the supported range ({SUPPORTED_RANGE})") from None
     if not (EARLIEST <= result <= LATEST):
         raise TimestampError(f"{what} {result.isoformat()} is outside the supported range ({SUPPORTED_RANGE})")
     return result
