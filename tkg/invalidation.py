@@ -91,7 +91,10 @@ def text_key(sentence: str) -> str:
 
 
 def _fold_sentence(sentence: str) -> str:
-    return " ".join(sentence.casefold().split()).rstrip(".!")
+    return " ".join(sentence.casefold().split()).rstrip(_FINAL)
+
+
+_FINAL = ".!?… "  # the final punctuation a verbatim repeat may differ by, with the spaces before it
 
 
 _TEXT_KEYS = Memo(_fold_sentence, 1 << 16)
