@@ -610,3 +610,33 @@ def test_removing_a_fact_restores_the_latest_of_two_equal_supersessions() -> Non
     added = max(memory.records(Kind.EPISODE), key=lambda e: e.created_at)
     memory.remove_episode(added.id)
     assert {f.id: f for f in memory.records(Kind.FACT)} == before
+
+
+def test_a_second_name_of_a_known_entity_in_one_episode_becomes_an_alias_and_goes_with_its_episode() -> None:
+    """An episode naming a stored entity twice ("José Álvarez" exactly, "Jose Alvarez" by fuzzy match) keeps the
+    second name as an alias, as an episode naming it alone does (it was dropped); removing the episode takes it
+    away again."""
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-05-01T00:00:00Z"))
+    memory.add_facts([FactInput("José Álvarez", "WORKS_AT", "Acme")], group_id="g")
+    both = memory.add_facts(
+        [FactInput("José Álvarez", "LIKES", "Tea"), FactInput("Jose Alvarez", "LIVES_IN", "Madrid")], group_id="g"
+    )
+    (jose,) = memory.find_entities("Jose Alvarez", group_ids=["g"])
+    assert (jose.name, jose.aliases) == ("José Álvarez", ("Jose Alvarez",))
+    assert "tkg.also_named" not in jose.attributes
+    memory.remove_episode(both.episode.id)
+    (jose,) = memory.find_entities("José Álvarez", group_ids=["g"])
+    assert jose.aliases == () and memory.find_entities("Jose Alvarez", group_ids=["g"]) == []
+
+
+@pytest.mark.parametrize(
+    "again", ["alice works at ACME", "Alice works at Acme .", "Alice  works at Acme !", "Alice works at Acme?"]
+)
+def test_a_sentence_repeated_but_for_case_spacing_and_final_punctuation_is_one_fact(again: str) -> None:
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-05-01T00:00:00Z"))
+    for sentence in ("Alice works at Acme.", again):
+        memory.add_facts(
+            [FactInput("Alice", "WORKS_AT", "Acme", fact=sentence, valid_at="2020-01-01T00:00:00Z")], group_id="g"
+        )
+    facts = [f for f in memory.records(Kind.FACT) if isinstance(f, Fact)]
+    assert [(f.fact, len(f.episodes), f.expired_at) for f in facts] == [("Alice works at Acme.", 2, None)]

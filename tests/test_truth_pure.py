@@ -6,6 +6,8 @@ import dataclasses
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from tkg import invalidation
@@ -14,7 +16,7 @@ from tkg.errors import ConfigurationError, TimestampError
 from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction
 from tkg.models import Entity, Fact, Mention, Verdict
 from tkg.ontology import Ontology, RelationType
-from tkg.profiles import fold, merge_summary
+from tkg.profiles import ALSO_NAMED, fold, merge_summary
 from tkg.resolution import is_weak, judge
 from tkg.temporal import resolve_time
 
@@ -361,3 +363,40 @@ def test_component_links_the_same_facts_as_the_pairwise_definition() -> None:
         assert found == _component_by_pairs([f"f{seed}"], facts, single)
 
     check()
+
+
+SENTENCES = st.lists(
+    st.sampled_from(
+        ["Alice is a nurse.", "alice is a nurse!", "She lives in Paris.", "Mr. Smith is her boss.", "Dr. Who?",
+         "Bob moved to the U.S. last year.", "J. R. R. Tolkien wrote it!", "She likes tea."]
+    ),
+    max_size=6,
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=SENTENCES, second=SENTENCES)
+def test_a_summary_takes_several_sentences_as_it_takes_them_one_by_one(first: list[str], second: list[str]) -> None:
+    """merge_summary of a text of several sentences gives what merging its sentences one after the other does, so
+    a summary given again is not appended again (each repeat of a two-sentence summary was appended whole), and
+    a title's full stop ends no sentence."""
+    base = " ".join(first)
+    together = merge_summary(base, " ".join(second))
+    one_by_one = base
+    for sentence in second:
+        one_by_one = merge_summary(one_by_one, sentence)
+    assert together == one_by_one
+    assert merge_summary(together, " ".join(second)) == together
+    assert merge_summary(together, " ".join(first)) == together
+
+
+def test_two_names_of_one_episode_for_one_entity_both_stay_in_its_profile() -> None:
+    """One mention of an episode that named an entity twice keeps both names (ALSO_NAMED): the second becomes
+    an alias (or the name), as when it comes alone, and none of it becomes an attribute."""
+    merged = Mention(
+        "1", "e", "g", day(2024), name="Robert", summary="Robert is a chef. Bob moved to Oslo.",
+        attributes={ALSO_NAMED: ["Bob Smith"], "age": 41},
+    )  # fmt: skip
+    profile = fold(entity("e", "x"), [mention("0", "Robert", "Robert is a chef."), merged])
+    assert (profile.name, profile.aliases) == ("Bob Smith", ("Robert",))
+    assert profile.summary == "Robert is a chef. Bob moved to Oslo." and dict(profile.attributes) == {"age": 41}

@@ -28,7 +28,7 @@ from tkg.llm.schema import Resolution
 from tkg.models import Entity, Episode, Fact, Kind, Mention, Vector, Verdict, new_id
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
-from tkg.profiles import MAX_SUMMARY_CHARS, absorb
+from tkg.profiles import ALSO_NAMED, MAX_SUMMARY_CHARS, absorb, merge_summary
 from tkg.resolution import ResolutionRules, judge
 from tkg.storage import Candidates, Closest, Store
 from tkg.timeline import make_scope
@@ -555,12 +555,16 @@ class EpisodePlanner:
             attributes=entity.attributes,
         )
         previous = plan.mentions.get(mention.id)
-        if previous is not None:  # two names of this episode resolved to one entity
+        if previous is not None:  # two names of this episode resolved to one entity: one mention keeps both
+            names = [previous.name, *previous.attributes.get(ALSO_NAMED, ())]
+            attributes = {**mention.attributes, **previous.attributes}
+            if normalize_name(entity.name) not in {normalize_name(n) for n in names}:
+                attributes[ALSO_NAMED] = [*names[1:], entity.name]
             mention = dataclasses.replace(
                 previous,
-                summary=previous.summary or mention.summary,
+                summary=merge_summary(previous.summary, mention.summary, max_chars=1 << 30),
                 label=previous.label or mention.label,
-                attributes={**mention.attributes, **previous.attributes},
+                attributes=attributes,
             )
         plan.mentions[mention.id] = mention
         updated = absorb(current, mention, self.settings.max_summary_chars)

@@ -25,6 +25,15 @@ from tkg.names import normalize_name
 
 #: The default cap on an entity summary's length, in characters.
 MAX_SUMMARY_CHARS = 600
+#: A mention's attribute listing the other names the episode gave the entity (two names of one episode resolved
+#: to one entity make one mention): each is absorbed as a name, none becomes an attribute of the entity.
+ALSO_NAMED = "tkg.also_named"
+#: Words ending in a full stop that end no sentence: titles and common abbreviations (a single capital letter and
+#: a word with a full stop inside, "J." or "U.S.", neither).
+_ABBREVIATIONS = frozenset(
+    "mr. mrs. ms. dr. prof. st. jr. sr. mt. vs. etc. inc. ltd. co. corp. no. fig. approx. dept. gen. gov. "
+    "sen. rev.".split()
+)
 
 
 def completeness(name: str) -> tuple[int, int]:
@@ -39,13 +48,15 @@ def completeness(name: str) -> tuple[int, int]:
 def absorb(entity: Entity, mention: Mention, max_summary_chars: int = MAX_SUMMARY_CHARS) -> Entity:
     """The entity's profile after one more mention (see the module docstring for the rules)."""
     name, aliases = entity.name, list(entity.aliases)
-    written = " ".join(mention.name.split())
-    if written and normalize_name(written) != normalize_name(name):
-        if completeness(written) > completeness(name):
-            aliases.append(name)
-            name = written
-        else:
-            aliases.append(written)
+    also = mention.attributes.get(ALSO_NAMED) or ()
+    for given in (mention.name, *also):
+        written = " ".join(str(given).split())
+        if written and normalize_name(written) != normalize_name(name):
+            if completeness(written) > completeness(name):
+                aliases.append(name)
+                name = written
+            else:
+                aliases.append(written)
     key = normalize_name(name)
     seen: set[str] = set()
     unique_aliases = []
@@ -58,7 +69,7 @@ def absorb(entity: Entity, mention: Mention, max_summary_chars: int = MAX_SUMMAR
     if mention.label and mention.label not in labels:
         labels.append(mention.label)
     summary = merge_summary(entity.summary, mention.summary, max_summary_chars)
-    attributes = {**entity.attributes, **mention.attributes}
+    attributes = {**entity.attributes, **{k: v for k, v in mention.attributes.items() if k != ALSO_NAMED}}
     if (
         name == entity.name
         and tuple(unique_aliases) == entity.aliases
@@ -78,26 +89,38 @@ def absorb(entity: Entity, mention: Mention, max_summary_chars: int = MAX_SUMMAR
 
 
 def merge_summary(summary: str, sentence: str, max_chars: int = MAX_SUMMARY_CHARS) -> str:
-    """Append ``sentence`` to ``summary`` unless it is already there; drop the oldest sentences beyond ``max_chars``.
+    """Append each sentence of ``sentence`` (one or more) to ``summary`` unless it is already there; drop the
+    oldest sentences beyond ``max_chars``. Appending two texts one after the other gives what appending them
+    together does.
 
     >>> merge_summary("Alice is a nurse.", "Alice lives in Paris.")
     'Alice is a nurse. Alice lives in Paris.'
     >>> merge_summary("Alice is a nurse.", "alice is a nurse")
     'Alice is a nurse.'
+    >>> merge_summary("Alice is a nurse. She lives in Paris.", "Alice is a nurse. She lives in Paris.")
+    'Alice is a nurse. She lives in Paris.'
+    >>> merge_summary("Mr. Smith is a nurse.", "Mr. Jones lives in Oslo.")
+    'Mr. Smith is a nurse. Mr. Jones lives in Oslo.'
     """
-    sentence = " ".join(sentence.split())
-    if not sentence:
-        return summary
-    if not sentence.endswith((".", "!", "?")):
-        sentence += "."
     parts = _sentences(summary)
-    if sentence.casefold().rstrip(".!?") in {p.casefold().rstrip(".!?") for p in parts}:
+    known = {_sentence_key(p) for p in parts}
+    added = False
+    for new in _sentences(" ".join(sentence.split())):
+        new = new if new.endswith((".", "!", "?")) else new + "."
+        if _sentence_key(new) not in known:
+            known.add(_sentence_key(new))
+            parts.append(new)
+            added = True
+    if not added:
         return summary
-    parts.append(sentence)
     while len(parts) > 1 and len(" ".join(parts)) > max_chars:
         parts.pop(0)
     text = " ".join(parts)
     return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+
+
+def _sentence_key(sentence: str) -> str:
+    return sentence.casefold().rstrip(".!?")
 
 
 def _sentences(summary: str) -> list[str]:
@@ -105,7 +128,7 @@ def _sentences(summary: str) -> list[str]:
     current: list[str] = []
     for word in summary.split():
         current.append(word)
-        if word.endswith((".", "!", "?")) and not word.endswith("..."):
+        if word.endswith((".", "!", "?")) and not word.endswith("...") and not _abbreviation(word):
             out.append(" ".join(current))
             current = []
     if current:
@@ -131,3 +154,11 @@ def fold(base: Entity, mentions: Iterable[Mention], max_summary_chars: int = MAX
             first = False
         entity = absorb(entity, mention, max_summary_chars)
     return entity
+
+
+def _abbreviation(word: str) -> bool:
+    """Whether ``word``, ending in a full stop, is an abbreviation rather than a sentence's end."""
+    if not word.endswith("."):
+        return False
+    bare = word.rstrip(".")
+    return word.casefold() in _ABBREVIATIONS or (len(bare) == 1 and bare.isupper()) or "." in bare
