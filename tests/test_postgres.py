@@ -1758,3 +1758,23 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(server: Embedded
         assert check.execute("SELECT value FROM tkg.meta WHERE key = 'schema_version'").fetchone() is not None
     finally:
         check.close()
+
+
+def test_a_version_10_schema_keys_names_with_a_final_plus_or_hash_on_upgrade(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 11: "C++", "C#" and "C" are three names (normalize_name keeps a final + or #). Opening a version 10
+    schema computes again the name keys of the entities stored with the old ones ("c" for all three)."""
+    schema = schema_at(server, monkeypatch, 10)
+    entities = [
+        Entity(id="e1", group_id="g", name="C++", created_at=T0),
+        Entity(id="e2", group_id="g", name="C Sharp", aliases=("C#",), created_at=T0),
+        Entity(id="e3", group_id="g", name="C", created_at=T0),
+    ]
+    with admin(server) as conn:
+        put_rows(conn, schema, entities)
+        conn.execute(pg_schema.render("UPDATE {s}.entities SET names = ARRAY['c'] WHERE id = 'e1'", schema))
+        conn.execute(pg_schema.render("UPDATE {s}.entities SET names = ARRAY['c', 'c sharp'] WHERE id = 'e2'", schema))
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        found = store.entities_by_name("g", ["C++", "C#", "C"])
+        assert {key: [e.id for e in hits] for key, hits in found.items()} == {"c++": ["e1"], "c#": ["e2"], "c": ["e3"]}

@@ -235,6 +235,19 @@ def test_group_scoping_never_leaks(make_store):
     assert {h.id for h in store.text_search(Kind.ENTITY, "alice", 5, scope(None))} == {"e1", "e2"}
 
 
+def test_a_final_plus_or_hash_is_part_of_a_name(make_store):
+    """ "C++", "C#" and "C" are three names on every backend ("C++." and '"C#"' find them); the punctuation
+    around a name is dropped otherwise. All three were one name, so resolution merged them."""
+    store = make_store(32)
+    store.write(
+        WriteBatch(puts=[entity(1, "g", "C++"), entity(2, "g", "C#"), entity(3, "g", "C"), entity(4, "g", "Acme")])
+    )
+    found = store.entities_by_name("g", ["C++.", '"C#"', "C", "(Acme)"])
+    assert {key: [e.id for e in hits] for key, hits in found.items()} == {
+        "c++": ["e1"], "c#": ["e2"], "c": ["e3"], "acme": ["e4"]
+    }  # fmt: skip
+
+
 @st.composite
 def fact_times(draw):
     """Random bi-temporal stamps (days from T0), including open ends and invalidations learnt later."""

@@ -6,7 +6,9 @@ import re
 import unicodedata
 
 _SPACE = re.compile(r"\s+")
-_EDGE_PUNCT = re.compile(r"^[\W_]+|[\W_]+$", re.UNICODE)
+_LEADING_PUNCT = re.compile(r"^[\W_]+", re.UNICODE)
+_TRAILING_PUNCT = re.compile(r"[\W_]+$", re.UNICODE)
+_KEPT_SUFFIX = re.compile(r"[+#]*")  # part of the name: C++, C#, F#, A+
 
 
 #: Latin and Greek, whose combining marks are accents on a letter ("é", "ö", "ά"). Elsewhere a mark can make
@@ -34,8 +36,17 @@ def fold_accents(text: str) -> str:
 
 
 def normalize_name(name: str) -> str:
-    """Case-, width- and whitespace-insensitive form of a name: ``"  Dr.  ALICE Smith "`` -> ``"dr. alice smith"``."""
+    """Case-, width- and whitespace-insensitive form of a name, without the punctuation around it but for a final
+    ``+`` or ``#`` (``C++``, ``C#`` and ``C`` are three names): ``"  Dr.  ALICE Smith. "`` -> ``"dr. alice smith"``.
+
+    >>> normalize_name('"ACME Corp."'), normalize_name("C++."), normalize_name("C#"), normalize_name("#AI")
+    ('acme corp', 'c++', 'c#', 'ai')
+    """
     text = unicodedata.normalize("NFKC", name).casefold()
     text = _SPACE.sub(" ", text).strip()
-    stripped = _EDGE_PUNCT.sub("", text)
+    stripped = _LEADING_PUNCT.sub("", text)
+    tail = _TRAILING_PUNCT.search(stripped)
+    if tail is not None:
+        kept = _KEPT_SUFFIX.match(tail.group()).group() if tail.start() > 0 else ""  # type: ignore[union-attr]
+        stripped = stripped[: tail.start()] + kept
     return stripped or text

@@ -97,7 +97,7 @@ def row_values(record: Record, dim: int, sketch: str | None = None) -> list[Any]
             value = str(value)  # StrEnum -> its text
         values.append(value)
     if isinstance(record, Entity):
-        values.append(sorted({normalize_name(n) for n in (record.name, *record.aliases)}))
+        values.append(name_keys(record.name, record.aliases))
     elif isinstance(record, Fact):
         if sketch is None and record.embedding is not None:
             sketch = sketch_text(np.asarray(record.embedding, dtype=np.float32)[None, :])[0]
@@ -198,3 +198,9 @@ def keys_of(pairs: Iterable[tuple[Kind, str]]) -> dict[Kind, list[tuple[str, ...
         if len(key) == len(TABLES[kind].key):
             out.setdefault(kind, []).append(key)
     return out
+
+
+def name_keys(name: str, aliases: Sequence[str]) -> list[str]:
+    """An entity's ``names`` column: the normalised form of its name and of each alias (tkg.names.normalize_name),
+    the keys its name index finds it by."""
+    return sorted({normalize_name(n) for n in (name, *aliases)})

@@ -26,7 +26,7 @@ from .connection import connect, describe
 log = logging.getLogger(__name__)
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 @dataclass(frozen=True)
@@ -396,6 +396,25 @@ def _migrate_to_10(conn: psycopg.Connection[Any], schema: str, settings: dict[st
         conn.execute(render(statement, schema))
 
 
+# Version 11: a name's final "+" or "#" is part of it (tkg.names.normalize_name: "C++", "C#" and "C" are three
+# names, not one). The name keys of the entities whose name or an alias holds one are computed again.
+def _migrate_to_11(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    from .records import name_keys
+
+    rows = conn.execute(
+        render(
+            "SELECT seq, name, aliases FROM {s}.entities WHERE name ~ '[+#]' OR array_to_string(aliases, ' ') ~ '[+#]'",
+            schema,
+        )
+    ).fetchall()
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                render("UPDATE {s}.entities SET names = %s WHERE seq = %s", schema),
+                [(name_keys(name, aliases), seq) for seq, name, aliases in rows],
+            )
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
@@ -408,6 +427,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], N
     8: _migrate_to_8,
     9: _migrate_to_9,
     10: _migrate_to_10,
+    11: _migrate_to_11,
 }
 
 
