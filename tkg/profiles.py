@@ -8,7 +8,7 @@ mentions that remain: the entity comes back exactly as it was before the episode
 Rules of one step:
 
 * name: the most complete form seen (more words, then more characters; the earlier one on a tie); every other
-  distinct form becomes an alias;
+  distinct form becomes an alias, the other names one episode gave the entity too (:data:`ALSO_NAMED`);
 * labels: ``Entity`` first, then specific labels in the order first seen;
 * summary: the distinct summary sentences, oldest first, trimmed from the oldest so the whole stays within
   ``max_summary_chars`` (the newest information always survives);
