@@ -18,7 +18,6 @@ from .schema import TABLES
 _NULLABLE = {"valid_at", "invalid_at", "expired_at"}
 
 
-
 def _earlier(field: str) -> str:
     """A field (``invalid_at``, ``expired_at``) of the earlier supersession (:mod:`tkg.revisions`) believed at
     ``s_known`` (the last learnt by then, if not replaced by then), NULL when there is none."""
