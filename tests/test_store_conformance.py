@@ -248,6 +248,48 @@ def test_a_final_plus_or_hash_is_part_of_a_name(make_store):
     }  # fmt: skip
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    edges=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=1, max_size=30),
+    seeds=st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True),
+    depth=st.integers(1, 3),
+    limit=st.none() | st.integers(1, 8),
+)
+def test_bfs_with_a_limit_keeps_the_entities_met_first(make_store, edges, seeds, depth, limit):
+    """A walk cut at a limit keeps the entities it meets first: seeds in the order given, then level by level, each
+    entity's facts in the order they were written (ids in another order than the writes). PostgreSQL kept the
+    smallest ids of the last level, so a hub's neighbours differed from the other backends'."""
+    store = make_store(32)
+    people = [dataclasses.replace(entity(i), id=f"e{9 - i:02d}") for i in range(10)]  # ids against write order
+    facts = [
+        dataclasses.replace(
+            fact(i, 0, 0, f"fact {i}"), id=f"f{99 - i:03d}", source_id=people[a].id, target_id=people[b].id
+        )
+        for i, (a, b) in enumerate(edges)
+    ]
+    store.write(WriteBatch(puts=people))
+    for at in range(0, len(facts), 7):  # in several writes, in order
+        store.write(WriteBatch(puts=facts[at : at + 7]))
+    starts = [people[i].id for i in seeds]
+    hops: dict[str, int] = {s: 0 for s in starts}
+    queue, cut = list(starts), False
+    while queue and not cut:
+        current = queue.pop(0)
+        if hops[current] >= depth:
+            continue
+        for f in facts:
+            if current not in (f.source_id, f.target_id):
+                continue
+            other = f.target_id if f.source_id == current else f.source_id
+            if other not in hops:
+                if limit is not None and len(hops) >= limit:
+                    cut = True
+                    break
+                hops[other] = hops[current] + 1
+                queue.append(other)
+    assert store.bfs(starts, depth, scope(), limit) == hops
+
+
 @st.composite
 def fact_times(draw):
     """Random bi-temporal stamps (days from T0), including open ends and invalidations learnt later."""

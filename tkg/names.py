@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 
 _SPACE = re.compile(r"\s+")
 _LEADING_PUNCT = re.compile(r"^[\W_]+", re.UNICODE)
@@ -50,3 +51,9 @@ def normalize_name(name: str) -> str:
         kept = _KEPT_SUFFIX.match(tail.group()).group() if tail.start() > 0 else ""  # type: ignore[union-attr]
         stripped = stripped[: tail.start()] + kept
     return stripped or text
+
+
+def name_keys(name: str, aliases: Sequence[str] = ()) -> list[str]:
+    """The keys an entity is found by in a name index: the normalised form of its name and of each alias
+    (:func:`normalize_name`), sorted, each once."""
+    return sorted({normalize_name(n) for n in (name, *aliases)})

@@ -137,27 +137,38 @@ class Reads(Session):
         fact_where = scope_where(Kind.FACT, scope, params)
         params["limit"] = limit if limit is not None else 2**62
         # Level by level: each step carries the frontier and every entity seen so far, so an entity is expanded
-        # once (a plain recursive join would revisit it along every path).
+        # once (a plain recursive join would revisit it along every path). Each entity carries the order in which
+        # a walk in memory meets it: its seed's place, then the seq of each fact on its path (fixed-width text, so
+        # text order is that order; the least path per entity). A limit keeps the entities met first, as the
+        # in-memory and reference stores do.
+
+        def step(other: str, near: str) -> str:  # the entities one fact away from the frontier, by one end
+            return (
+                f"SELECT f.{other} AS other, c.path || lpad(f.seq::text, 19, '0') AS path "
+                "FROM unnest(walk.frontier, walk.paths) AS c(id, path) "
+                f"JOIN {{s}}.facts f ON f.{near} = c.id WHERE {fact_where}"
+            )
+
         statement = self._q(
-            "WITH RECURSIVE walk(frontier, seen, hop) AS ("
-            f" SELECT array_agg(id), array_agg(id), 0 FROM {{s}}.entities WHERE id = ANY(%(seeds)s::text[]) "
-            f" AND {entity_where}"
+            "WITH RECURSIVE walk(frontier, paths, seen, hop) AS ("
+            " SELECT array_agg(e.id ORDER BY s.n), array_agg(lpad(s.n::text, 19, '0') ORDER BY s.n), array_agg(e.id),"
+            " 0 FROM unnest(%(seeds)s::text[]) WITH ORDINALITY AS s(id, n) JOIN {s}.entities e ON e.id = s.id"
+            f" WHERE {entity_where}"
             " UNION ALL"
-            " SELECT step.found, walk.seen || step.found, walk.hop + 1 FROM walk CROSS JOIN LATERAL ("
-            "  SELECT array_agg(DISTINCT n.other) AS found FROM ("
-            "   SELECT f.target_id AS other FROM unnest(walk.frontier) AS c(id) "
-            f"   JOIN {{s}}.facts f ON f.source_id = c.id WHERE {fact_where}"
-            "   UNION ALL"
-            "   SELECT f.source_id FROM unnest(walk.frontier) AS c(id) "
-            f"   JOIN {{s}}.facts f ON f.target_id = c.id WHERE {fact_where}"
-            "  ) n WHERE NOT n.other = ANY(walk.seen)"
+            " SELECT step.found, step.paths, walk.seen || step.found, walk.hop + 1 FROM walk CROSS JOIN LATERAL ("
+            "  SELECT array_agg(n.other ORDER BY n.path) AS found, array_agg(n.path ORDER BY n.path) AS paths FROM ("
+            "   SELECT x.other, min(x.path) AS path FROM ("
+            f"    {step('target_id', 'source_id')} UNION ALL"
+            f"    {step('source_id', 'target_id')}"
+            "   ) x WHERE NOT x.other = ANY(walk.seen) GROUP BY x.other"
+            "  ) n"
             " ) step"
             " WHERE walk.hop < %(depth)s AND step.found IS NOT NULL AND cardinality(walk.seen) < %(limit)s"
-            ") SELECT unnest(frontier), hop FROM walk WHERE frontier IS NOT NULL"
+            ") SELECT unnest(frontier), unnest(paths), hop FROM walk WHERE frontier IS NOT NULL"
         )
         rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
         hops: dict[str, int] = {}
-        for entity_id, hop in sorted(rows, key=lambda r: (r[1], r[0])):
+        for entity_id, _, hop in sorted(rows, key=lambda r: (r[2], r[1])):
             if limit is not None and hop > 0 and len(hops) >= limit:
                 break
             hops.setdefault(entity_id, hop)

@@ -17,7 +17,7 @@ from tkg.codec import decode_value, encode_value
 from tkg.embedders.base import check_vectors
 from tkg.errors import EmbeddingError, ValidationError
 from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Fact, Kind, Record
-from tkg.names import normalize_name
+from tkg.names import name_keys
 from tkg.vector_sketches import sketch_text
 
 from .schema import TABLES, VECTOR_TABLES
@@ -198,9 +198,3 @@ def keys_of(pairs: Iterable[tuple[Kind, str]]) -> dict[Kind, list[tuple[str, ...
         if len(key) == len(TABLES[kind].key):
             out.setdefault(kind, []).append(key)
     return out
-
-
-def name_keys(name: str, aliases: Sequence[str]) -> list[str]:
-    """An entity's ``names`` column: the normalised form of its name and of each alias (tkg.names.normalize_name),
-    the keys its name index finds it by."""
-    return sorted({normalize_name(n) for n in (name, *aliases)})

@@ -19,6 +19,7 @@ from psycopg import sql
 
 from tkg.errors import BackendError
 from tkg.models import VECTOR_FIELD, Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
+from tkg.names import name_keys
 from tkg.vector_sketches import BITS
 
 from .connection import connect, describe
@@ -399,8 +400,6 @@ def _migrate_to_10(conn: psycopg.Connection[Any], schema: str, settings: dict[st
 # Version 11: a name's final "+" or "#" is part of it (tkg.names.normalize_name: "C++", "C#" and "C" are three
 # names, not one). The name keys of the entities whose name or an alias holds one are computed again.
 def _migrate_to_11(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
-    from .records import name_keys
-
     rows = conn.execute(
         render(
             "SELECT seq, name, aliases FROM {s}.entities WHERE name ~ '[+#]' OR array_to_string(aliases, ' ') ~ '[+#]'",
