@@ -230,8 +230,9 @@ class Store(abc.ABC):
     def bfs(self, seeds: Sequence[str], depth: int, scope: Scope, limit: int | None = None) -> dict[str, int]:
         """Entities reachable from the ``seeds`` over facts admitted by ``scope`` (either direction), within
         ``depth`` hops: entity id -> hop count (seeds are 0). With ``limit``, the search stops once that many
-        entities are reached (seeds included); every entity returned then has its true hop count, and no
-        unreturned entity is nearer than the farthest returned one."""
+        entities are reached (seeds included): those a breadth-first walk meets first, the seeds in the order
+        given, then each entity's facts in the order they were first written. Every entity returned then has its
+        true hop count, and no unreturned entity is nearer than the farthest returned one."""
 
     @abc.abstractmethod
     def mentions(
