@@ -254,11 +254,13 @@ def test_a_final_plus_or_hash_is_part_of_a_name(make_store):
     seeds=st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True),
     depth=st.integers(1, 3),
     limit=st.none() | st.integers(1, 8),
+    rewritten=st.sets(st.integers(0, 29)),
 )
-def test_bfs_with_a_limit_keeps_the_entities_met_first(make_store, edges, seeds, depth, limit):
+def test_bfs_with_a_limit_keeps_the_entities_met_first(make_store, edges, seeds, depth, limit, rewritten):
     """A walk cut at a limit keeps the entities it meets first: seeds in the order given, then level by level, each
-    entity's facts in the order they were written (ids in another order than the writes). PostgreSQL kept the
-    smallest ids of the last level, so a hub's neighbours differed from the other backends'."""
+    entity's facts in the order they were first written (ids in another order than the writes; a fact written
+    again keeps its place). PostgreSQL kept the smallest ids of the last level, and the in-memory store moved a
+    rewritten fact to the end, so a hub's neighbours differed between backends."""
     store = make_store(32)
     people = [dataclasses.replace(entity(i), id=f"e{9 - i:02d}") for i in range(10)]  # ids against write order
     facts = [
@@ -270,6 +272,9 @@ def test_bfs_with_a_limit_keeps_the_entities_met_first(make_store, edges, seeds,
     store.write(WriteBatch(puts=people))
     for at in range(0, len(facts), 7):  # in several writes, in order
         store.write(WriteBatch(puts=facts[at : at + 7]))
+    again = [dataclasses.replace(f, fact=f.fact + " again") for i, f in enumerate(facts) if i in rewritten]
+    if again:  # written again, in reverse: each keeps its place
+        store.write(WriteBatch(puts=again[::-1]))
     starts = [people[i].id for i in seeds]
     hops: dict[str, int] = {s: 0 for s in starts}
     queue, cut = list(starts), False
@@ -288,6 +293,18 @@ def test_bfs_with_a_limit_keeps_the_entities_met_first(make_store, edges, seeds,
                 hops[other] = hops[current] + 1
                 queue.append(other)
     assert store.bfs(starts, depth, scope(), limit) == hops
+
+
+def test_bfs_meets_a_rewritten_fact_in_its_first_place(make_store):
+    """A fact written again (an episode restating it, its supersession) keeps its place among its ends' facts:
+    the in-memory store moved it to the end, so a walk cut at a limit met other neighbours than on the
+    reference and PostgreSQL stores."""
+    store = make_store(32)
+    store.write(WriteBatch(puts=[entity(i) for i in range(6)]))
+    spokes = [fact(i, 0, i, f"hub knows {i}") for i in range(1, 6)]
+    store.write(WriteBatch(puts=spokes))
+    store.write(WriteBatch(puts=[dataclasses.replace(f, fact=f.fact + " again") for f in spokes[:2]]))
+    assert store.bfs(["e0"], 1, scope(), limit=3) == {"e0": 0, "e1": 1, "e2": 1}
 
 
 @st.composite

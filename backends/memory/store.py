@@ -260,7 +260,10 @@ class InMemoryStore(Store):
             table.source[slot] = codes.setdefault(record.source_id, len(codes))
             table.target[slot] = codes.setdefault(record.target_id, len(codes))
             for end in (record.source_id, record.target_id):
-                self._adjacent.setdefault(end, {})[record.id] = None
+                self._adjacent.setdefault(end, {})[record.id] = None  # a fact rewritten keeps its place
+            if isinstance(old, Fact):  # the ends it no longer has (kept through the rewrite, see _unindex)
+                for end in {old.source_id, old.target_id} - {record.source_id, record.target_id}:
+                    self._discard(self._adjacent, end, record.id)
             for named in record.verdicts:
                 self._judging.setdefault(named, {})[record.id] = None
             for episode_id in record.episodes:
@@ -314,8 +317,9 @@ class InMemoryStore(Store):
         """Remove a record from the secondary indexes (before replacing or deleting it)."""
         if isinstance(record, Fact):
             self._tables[Kind.FACT].histories.forget(slot)
-            for end in (record.source_id, record.target_id):
-                self._discard(self._adjacent, end, record.id)
+            if not keep_search:  # a rewrite keeps the fact's place among its ends' facts (the order a walk meets them)
+                for end in (record.source_id, record.target_id):
+                    self._discard(self._adjacent, end, record.id)
             for named in record.verdicts:
                 self._discard(self._judging, named, record.id)
             for episode_id in record.episodes:
