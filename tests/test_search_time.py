@@ -221,8 +221,11 @@ def _in_range(value: datetime | None, start: int | None, end: int | None, missin
     start=st.none() | st.integers(-5, 33),
     length=st.none() | st.integers(0, 20),
     missing=st.booleans(),
+    nows=st.lists(st.tuples(st.integers(0, 32), st.booleans()), max_size=8),
 )
-def test_date_filters_judge_a_fact_as_the_view_knows_it(make_store, times, queries, field, start, length, missing):
+def test_date_filters_judge_a_fact_as_the_view_knows_it(
+    make_store, times, queries, field, start, length, missing, nows
+):
     """A date range on invalid_at or expired_at reads a fact's end and expiry as known at known_at (the end
     believed then, the supersession learnt by then), as the view shows the fact: a filter judged today's record,
     so a view of the past found a supersession it did not know yet."""
@@ -247,6 +250,17 @@ def test_date_filters_judge_a_fact_as_the_view_knows_it(make_store, times, queri
         assert {h.id for h in store.vector_search(Kind.FACT, vector, 100, scope)} == expected
         assert {h.id for h in store.text_search(Kind.FACT, "common fact", 100, scope)} == expected
         assert {f.id for f in store.facts_of(["e1"], scope)} == expected
+    # a view of "now" moves with the clock: its cached mask must follow the ends and expiry it filters by
+    for n, history in nows:
+        now = T0 + n * DAY
+        known = _believed_end if field == "invalid_at" else _believed_expiry
+        expected = {
+            f.id
+            for f in facts
+            if f.id in brute_force(facts, None, now, history) and _in_range(known(f, now), start, end, missing)
+        }
+        scope = make_scope(now, ["g"], include_invalidated=history, filters=filters)
+        assert {h.id for h in store.text_search(Kind.FACT, "common fact", 100, scope)} == expected, n
 
 
 @settings(max_examples=15, deadline=None)

@@ -467,7 +467,7 @@ class InMemoryStore(Store):
             mask, lo, hi = base & table.holding(to_micros(scope.as_of), self._fact_ends(table, now)), MIN, MAX
         else:
             mask = table.mask(scope, self._group_codes, self._relation_codes)
-            lo, hi = table.stable_interval(now, scope.as_of is not None) if moving else (MIN, MAX)
+            lo, hi = table.stable_interval(now, _ends_bear(scope)) if moving else (MIN, MAX)
         mask.setflags(write=False)
         if len(self._masks) >= 64:  # explicit time points rarely repeat: keep the cache small
             self._masks.clear()
@@ -495,12 +495,12 @@ class InMemoryStore(Store):
         size = table.alive.size
         if rows is None or len(rows) > max(64, size // 16):
             mask = table.mask(scope, self._group_codes, self._relation_codes)
-            return mask, *(table.stable_interval(now, scope.as_of is not None) if moving else (MIN, MAX))
+            return mask, *(table.stable_interval(now, _ends_bear(scope)) if moving else (MIN, MAX))
         mask = np.zeros(size, dtype=np.bool_)
         mask[: len(old)] = old
         mask[rows] = table.mask(scope, self._group_codes, self._relation_codes, rows)
         if moving:  # the unchanged slots kept their timestamps: the changed ones can only narrow the interval
-            new_lo, new_hi = table.stable_interval(now, scope.as_of is not None, rows)
+            new_lo, new_hi = table.stable_interval(now, _ends_bear(scope), rows)
             lo, hi = max(lo, new_lo), min(hi, new_hi)
         return mask, lo, hi
 
@@ -789,3 +789,9 @@ class InMemoryStore(Store):
         for table in self._tables.values():
             out["columns"] += table.alive.size * (1 + 4 + 8 * 4 + 4) + sum(c.size for c in table.labels.values())
         return out
+
+
+def _ends_bear(scope: Scope) -> bool:
+    """Whether a view of facts depends on their ends and expiry as known at its ``known_at`` (which moves with
+    "now"): when it judges event time, or filters on ``invalid_at`` or ``expired_at`` (as the view knows them)."""
+    return scope.as_of is not None or any(d.field in ("invalid_at", "expired_at") for d in scope.filters.dates)
