@@ -467,3 +467,38 @@ def test_an_out_of_range_time_is_refused_naming_the_range_tkg_holds() -> None:
     for value in ("0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z"):
         with pytest.raises(TimestampError, match="0001-01-02 to 9999-12-30, in UTC"):
             to_utc(value, "valid_at")
+
+
+MAY_20 = datetime(2024, 5, 20, 10, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("phrase", "expected"),
+    [
+        ("in the 1990s", datetime(1990, 1, 1, tzinfo=UTC)),  # dateparser: 33 minutes after the reference
+        ("the 2010s", datetime(2010, 1, 1, tzinfo=UTC)),
+        ("the 90s", None),  # dateparser: 90 seconds before; which century is a guess
+        ("'80s", None),
+        ("the 1st", datetime(2024, 5, 1, tzinfo=UTC)),  # dateparser: 1 January
+        ("on the 3rd", datetime(2024, 5, 3, tzinfo=UTC)),
+        ("the 12th", datetime(2024, 5, 12, tzinfo=UTC)),  # dateparser: 1 December
+        ("the 45th", None),  # dateparser: 2045
+        ("Q1 2020", datetime(2020, 1, 1, tzinfo=UTC)),  # dateparser: 1 February
+        ("2021 Q3", datetime(2021, 7, 1, tzinfo=UTC)),
+        ("Q3", None),
+        ("March '19", None),  # dateparser: 19 March 2024
+        ("20240501", datetime(2024, 5, 1, tzinfo=UTC)),  # basic ISO-8601; refused before
+        ("20241340", None),
+    ],
+)
+def test_phrases_dateparser_misreads_are_read_by_tkg_or_refused(phrase: str, expected: datetime | None) -> None:
+    assert tkg.temporal.resolve_time(phrase, MAY_20) == expected
+
+
+def test_a_time_of_day_written_against_its_number_is_an_instant() -> None:
+    """ "10am" names a time of day as "10 am" does: an instant on the speaker's clock, not the day (the clock
+    pattern wanted a word boundary between the digit and "am")."""
+    said = datetime(2024, 5, 1, 10, 0, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    for phrase in ("yesterday at 10am", "yesterday at 10 am", "yesterday at 10:00"):
+        assert tkg.temporal.resolve_time(phrase, said) == datetime(2024, 4, 30, 4, 30, tzinfo=UTC), phrase
+    assert tkg.temporal.resolve_time("yesterday at 12am", said) == datetime(2024, 4, 29, 18, 30, tzinfo=UTC)

@@ -39,7 +39,10 @@ Calendar rules (d is the reference's local date; all phrases are read by :mod:`t
   Friday: the Saturday just before; said on a weekend: the previous weekend's). next weekend -> this weekend's
   Saturday + 7. the weekend / over the weekend -> the latest Saturday on or before d, Sunday counting as its
   weekend (said Monday to Friday: last weekend's; said on a weekend: this weekend's);
-- an ISO-8601 date -> that date; an ISO-8601 date-time -> that instant.
+- an ISO-8601 date -> that date (also in basic form, 20240501); an ISO-8601 date-time -> that instant;
+- a decade (the 1990s) -> 1 January of its first year; the 3rd (a day alone) -> that day of d's month; Q3 2021
+  -> the quarter's first day. A decade without its century (the 90s), a quarter without its year and a year
+  written with an apostrophe (March '19) give ``None``: dateparser reads them as seconds, a month or a day.
 
 Everything else goes to dateparser (about a millisecond per phrase, with the explicit languages), given the
 reference's local wall-clock time (dateparser computes on an aware base's wall clock and drops its offset, and
@@ -95,9 +98,14 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     text = " ".join(str(phrase).split()).strip(" .,;:!?")
     if not text or len(text) > MAX_PHRASE:
         return None
-    said = parse_time_phrase(text)
+    said = None if _BASIC_ISO_DATE.match(text) else parse_time_phrase(text)  # the grammar reads 8 digits as a year
     try:
-        value = _dateparser(text, reference, languages) if said is None else _resolve(said, reference)
+        if said is not None:
+            value: datetime | None = _resolve(said, reference)
+        else:
+            known, value = _misread_by_dateparser(text, reference)
+            if not known:
+                value = _dateparser(text, reference, languages)
     except (OverflowError, ValueError):  # off the calendar ("9999 years from now", "in 10000", "Feb 30")
         return None
     return value if value is not None and EARLIEST <= value <= LATEST else None
@@ -216,7 +224,33 @@ def _timestamp(text: str, reference: datetime) -> datetime:
 
 
 # -- the long tail: dateparser --------------------------------------------------------------------------------
-_CLOCK = re.compile(r"\d{1,2}:\d{2}|\b(am|pm|noon|midnight|o'clock|hours?|minutes?|seconds?)\b", re.I)
+_CLOCK = re.compile(r"\d{1,2}:\d{2}|\d\s*[ap]m\b|\b(am|pm|noon|midnight|o'clock|hours?|minutes?|seconds?)\b", re.I)
+#: Phrases dateparser reads as something else: a decade as seconds ("the 90s", "the 1990s"), a bare ordinal day as
+#: a month ("the 3rd"), a quarter as its middle month ("Q3 2021"), an apostrophe year as a day ("March '19"), and
+#: a basic ISO date ("20240501") not at all. Read here, or refused.
+_DECADE = re.compile(r"^(?:(?:in|during|since|from)\s+)?(?:the\s+)?(?:(\d{3}0)|'?\d0)'?s$", re.I)
+_ORDINAL_DAY = re.compile(r"^(?:on\s+)?(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)$", re.I)
+_QUARTER = re.compile(r"^(?:in\s+)?(?:q([1-4])\s+(\d{4})|(\d{4})\s+q([1-4]))$", re.I)
+_ANY_QUARTER = re.compile(r"\bq[1-4]\b", re.I)
+_APOSTROPHE_YEAR = re.compile(r"'\d{2}\b")
+_BASIC_ISO_DATE = re.compile(r"^\d{8}$")
+
+
+def _misread_by_dateparser(text: str, reference: datetime) -> tuple[bool, datetime | None]:
+    """(True, its date) for a phrase dateparser would misread (see above), the date None where tkg would only
+    guess; (False, None) for every other phrase."""
+    if decade := _DECADE.match(text):  # a four-digit decade: its first year; "the 90s": which century?
+        return True, midnight(date(int(decade[1]), 1, 1)) if decade[1] else None
+    if ordinal := _ORDINAL_DAY.match(text):  # that day of the reference's month
+        return True, midnight(reference.date().replace(day=int(ordinal[1])))
+    if quarter := _QUARTER.match(text):
+        number, year = (quarter[1], quarter[2]) if quarter[1] else (quarter[4], quarter[3])
+        return True, midnight(date(int(year), 3 * (int(number) - 1) + 1, 1))
+    if _ANY_QUARTER.search(text) or _APOSTROPHE_YEAR.search(text):
+        return True, None
+    if _BASIC_ISO_DATE.match(text):
+        return True, midnight(date(int(text[:4]), int(text[4:6]), int(text[6:])))
+    return False, None
 
 
 def _dateparser(text: str, reference: datetime, languages: tuple[str, ...]) -> datetime | None:
