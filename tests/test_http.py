@@ -33,6 +33,7 @@ from helpers_doors import (
 from tkg import (
     BackgroundIngestor,
     ConfigurationError,
+    FixedClock,
     HashEmbedder,
     LLMError,
     Memory,
@@ -40,6 +41,8 @@ from tkg import (
     TimestampError,
     ValidationError,
 )
+from tkg.cli import main as cli_main
+from tkg.compat.mem0 import Memory as Mem0
 from tkg.models import EpisodeSource
 from tkg.search import Scored, SearchResults
 from tkg.tenancy import ScopedMemory
@@ -882,3 +885,40 @@ def test_docs_render_offline_in_headless_chromium(service: Service, tmp_path: Pa
     dom, console = load_in_chromium(f"{service.base_url}/docs", tmp_path / "profile")
     assert "/v1/facts/search" in dom and "opblock" in dom, dom[-2000:]
     assert not [line for line in console if "Uncaught" in line], console
+
+
+def test_every_door_reads_relative_dates_on_the_speaker_s_calendar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "yesterday" said at 00:30 in +05:30 is 30 April, whichever door the episode comes through: the HTTP
+    service, tkg ingest and the Mem0 door turned the reference time into UTC first (29 April), where the Python
+    API kept the speaker's offset."""
+    from fastapi.testclient import TestClient
+
+    said, text = "2024-05-01T00:30:00+05:30", "Ann: I moved to Rome yesterday."
+    expected = [{"phrase": "yesterday", "at": "2024-04-30T00:00:00+00:00"}]
+
+    def fresh() -> Memory:
+        return Memory(embedder=HashEmbedder(dim=32), clock=FixedClock("2024-06-01T00:00:00Z"))
+
+    def times(memory: Memory) -> list[tuple[int, Any]]:
+        return [(e.reference_offset, e.attributes.get("times")) for e in memory.episodes()]
+
+    memory = fresh()
+    memory.add_episode(text, reference_time=said, group_id="g", extract=False)
+    assert times(memory) == [(19800, expected)]
+    memory = fresh()
+    client = TestClient(create_app(memory, {"k": ["g"]}))
+    body = {"content": text, "reference_time": said, "group_id": "g"}
+    assert client.post("/v1/episodes", json=body, headers={"Authorization": "Bearer k"}).status_code == 201
+    assert times(memory) == [(19800, expected)]
+    memory = fresh()
+    Mem0(memory=memory).add(
+        [{"role": "user", "content": "I moved to Rome yesterday."}], user_id="u", timestamp=said, infer=False
+    )
+    assert times(memory) == [(19800, expected)]
+    source, store = tmp_path / "in.jsonl", tmp_path / "m.tkg"
+    source.write_text(json.dumps({"content": text, "reference_time": said}) + "\n", encoding="utf-8")
+    assert cli_main(["ingest", str(source), "--store", str(store), "--group", "g", "--embedder", "hash"]) == 0
+    capsys.readouterr()
+    assert times(Memory.load(store, embedder=HashEmbedder())) == [(19800, expected)]

@@ -22,7 +22,7 @@ from tkg.config import MemoryConfig
 from tkg.errors import TkgError, ValidationError
 from tkg.inputs import FactInput
 from tkg.models import EpisodeSource, check_id, check_text, loads_checked
-from tkg.timeutil import iso, to_utc
+from tkg.timeutil import iso, to_aware, to_utc
 
 __all__ = [
     "CSV_COLUMNS",
@@ -242,7 +242,7 @@ def _time_field(record: Mapping[str, Any], key: str) -> datetime | None:
         raise ValidationError(f'"{key}" {value!r} is not an ISO-8601 time such as "2024-05-01T12:00:00Z"') from None
     if parsed.tzinfo is None:  # in a data file a time without offset is ambiguous: refused, never guessed
         raise ValidationError(f'"{key}" {value!r} is naive (no UTC offset): write e.g. "2024-05-01T12:00:00Z"')
-    return to_utc(parsed, key)
+    return to_aware(parsed, key)  # in its own offset: a reference time's calendar is the speaker's
 
 
 def _parse_message(record: Mapping[str, Any], number: int, max_chars: int) -> MessageLine:

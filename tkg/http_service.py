@@ -62,6 +62,7 @@ from tkg.wire_requests import (
     Limit,
     Query,
     RecordId,
+    ReferenceTimestamp,
     Source,
     Timestamp,
     describe_errors,
@@ -119,7 +120,7 @@ class AddEpisodeIn(_In):
     )
     group_id: GroupId | None = Field(None, description="Group to write to; omitted: the key's only group.")
     source: Source = Field("message", description="What content is: message, text or json.")
-    reference_time: Timestamp = Field(
+    reference_time: ReferenceTimestamp = Field(
         None, description="When it happened (ISO-8601 with offset); relative dates in it count from here. Default: now."
     )
     source_description: str = Field("", max_length=500, description="Where it came from.")
@@ -131,7 +132,7 @@ class AddFactsIn(_In):
 
     facts: list[FactIn] = Field(min_length=1, max_length=MAX_FACTS)
     group_id: GroupId | None = Field(None, description="Group to write to; omitted: the key's only group.")
-    reference_time: Timestamp = Field(
+    reference_time: ReferenceTimestamp = Field(
         None, description="When these facts were stated; a fact without valid_at holds from here. Default: now."
     )
 

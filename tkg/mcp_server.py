@@ -47,6 +47,7 @@ from tkg.wire_requests import (
     Limit,
     Query,
     RecordId,
+    ReferenceTimestamp,
     Source,
     Timestamp,
     allowed_groups,
@@ -99,7 +100,7 @@ _Content = Annotated[
 ]
 _SourceArg = Annotated[Source, Field(description="What content is: message (default), text or json.")]
 _ReferenceTime = Annotated[
-    Timestamp,
+    ReferenceTimestamp,
     Field(
         description="When the episode happened (ISO-8601 with offset); relative dates in it ('last week') count "
         "from here. Omitted: now."

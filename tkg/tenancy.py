@@ -241,7 +241,7 @@ class ScopedMemory:
         the group this caller writes to, an aware reference time, and storable text. ``source`` and the content's
         shape are left to :meth:`tkg.Memory.add_episode`, which checks them for every way in."""
         group = self.writable(group_id)
-        when = parse_time(reference_time, "reference_time")
+        when = parse_time(reference_time, "reference_time", keep_offset=True)
         check_content(content)
         for what, value in (("source_description", source_description), ("name", name)):
             if not isinstance(value, str):
@@ -271,7 +271,7 @@ class ScopedMemory:
     ) -> IngestOut:
         """Add structured facts with no LLM; they are kept together as one JSON episode (their provenance)."""
         group = self.writable(group_id)
-        when = parse_time(reference_time, "reference_time")
+        when = parse_time(reference_time, "reference_time", keep_offset=True)
         if isinstance(facts, str | bytes | Mapping) or not isinstance(facts, Sequence):
             raise ValidationError("facts must be a list of facts")
         if not 1 <= len(facts) <= MAX_FACTS:

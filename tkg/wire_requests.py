@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 
 from tkg.errors import ConfigurationError, TimestampError, ValidationError
 from tkg.models import check_group_id
-from tkg.timeutil import SUPPORTED_RANGE, to_utc
+from tkg.timeutil import SUPPORTED_RANGE, to_aware, to_utc
 
 __all__ = [
     "DEFAULT_CONTEXT_CHARS",
@@ -43,6 +43,7 @@ __all__ = [
     "Limit",
     "Query",
     "RecordId",
+    "ReferenceTimestamp",
     "Source",
     "Timestamp",
     "allowed_groups",
@@ -77,8 +78,9 @@ SEARCH_TARGETS = ("facts", "entities", "episodes", "communities")
 # parsing
 
 
-def parse_time(value: object, what: str = "timestamp") -> datetime | None:
-    """A request timestamp as aware UTC; ``None`` stays ``None``.
+def parse_time(value: object, what: str = "timestamp", *, keep_offset: bool = False) -> datetime | None:
+    """A request timestamp as aware UTC (``keep_offset``: in its own offset, the speaker's clock, for a reference
+    time: "yesterday" is read on the speaker's calendar); ``None`` stays ``None``.
 
     Only ISO-8601 with a UTC offset is accepted (``Z`` or ``+02:00``): a naive timestamp or a bare date is refused
     with a :class:`~tkg.errors.TimestampError` that says how to fix it, because guessing UTC would silently move
@@ -94,7 +96,7 @@ def parse_time(value: object, what: str = "timestamp") -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return to_utc(value, what)
+        return to_aware(value, what) if keep_offset else to_utc(value, what)
     if not isinstance(value, str):
         raise TimestampError(
             f"{what} must be an ISO-8601 string with a UTC offset, e.g. {_TIME_EXAMPLE}; got {type(value).__name__}"
@@ -108,7 +110,7 @@ def parse_time(value: object, what: str = "timestamp") -> datetime | None:
         example = text + "Z" if "T" in text else f"{text}T00:00:00Z"
         raise TimestampError(f"{what} {value!r} has no UTC offset; add one, e.g. {example}")
     try:
-        return to_utc(parsed, what)
+        return to_aware(parsed, what) if keep_offset else to_utc(parsed, what)
     except TimestampError:
         raise TimestampError(f"{what} {value!r} is outside the supported range ({SUPPORTED_RANGE})") from None
 
@@ -190,12 +192,22 @@ def _time_value(value: Any, info: ValidationInfo) -> Any:
     return parse_time(value, info.field_name or "timestamp")
 
 
+def _reference_value(value: Any, info: ValidationInfo) -> Any:
+    return parse_time(value, info.field_name or "reference_time", keep_offset=True)
+
+
 _TIME_SCHEMA = {"type": "string", "format": "date-time", "examples": [_TIME_EXAMPLE]}
 
 #: An ISO-8601 timestamp with a UTC offset (``Z`` or ``+hh:mm``); naive timestamps are refused.
 Timestamp = Annotated[
     datetime | None,
     BeforeValidator(_time_value),
+    WithJsonSchema({"anyOf": [_TIME_SCHEMA, {"type": "null"}]}),
+]
+#: A :data:`Timestamp` kept in its own offset: an episode's reference time, whose calendar relative dates use.
+ReferenceTimestamp = Annotated[
+    datetime | None,
+    BeforeValidator(_reference_value),
     WithJsonSchema({"anyOf": [_TIME_SCHEMA, {"type": "null"}]}),
 ]
 GroupId = Annotated[

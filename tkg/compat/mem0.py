@@ -45,7 +45,7 @@ from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
 from tkg.memory import Memory as TkgMemory
 from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind
-from tkg.timeutil import iso_offset, to_utc
+from tkg.timeutil import iso_offset, to_aware, to_utc
 
 __all__ = ["Memory", "MemoryNotFoundError"]
 
@@ -658,7 +658,7 @@ def _when(timestamp: datetime | str | int | float | None) -> datetime | None:
         except (ValueError, OverflowError, OSError):
             raise ValidationError(f"timestamp {timestamp!r} is not a time in Unix seconds tkg can hold") from None
     if isinstance(timestamp, datetime | str):
-        return to_utc(timestamp, "timestamp")
+        return to_aware(timestamp, "timestamp")  # in its own offset: relative dates are read on that calendar
     raise ValidationError(f"timestamp must be a datetime, an ISO-8601 string or Unix seconds, got {timestamp!r}")
 
 
