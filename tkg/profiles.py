@@ -102,13 +102,17 @@ def merge_summary(summary: str, sentence: str, max_chars: int = MAX_SUMMARY_CHAR
     >>> merge_summary("Mr. Smith is a nurse.", "Mr. Jones lives in Oslo.")
     'Mr. Smith is a nurse. Mr. Jones lives in Oslo.'
     """
+    given = _sentences(" ".join(sentence.split()))
+    if not given:  # most mentions bring no summary: the entity's is not split for nothing
+        return summary
     parts = _sentences(summary)
     known = {_sentence_key(p) for p in parts}
     added = False
-    for new in _sentences(" ".join(sentence.split())):
+    for new in given:
         new = new if new.endswith((".", "!", "?")) else new + "."
-        if _sentence_key(new) not in known:
-            known.add(_sentence_key(new))
+        key = _sentence_key(new)
+        if key not in known:
+            known.add(key)
             parts.append(new)
             added = True
     if not added:
