@@ -208,3 +208,63 @@ def test_llamaindex_retriever(memory: Memory) -> None:
     assert [(n.node.get_content(), n.node.metadata["kind"]) for n in nodes] == [("Ann lives in Rome", "fact")]
     assert nodes[0].score > 0
     assert retriever.retrieve(QueryBundle("Paris"))[0].node.metadata["group_id"] == "u1"
+
+
+def test_retrievers_take_k_per_call_and_show_no_fact_batch_as_an_episode(memory: Memory) -> None:
+    """invoke(q, k=1) gave the retriever's own k (the framework drops keyword arguments a retriever does not
+    declare); and both retrievers returned the JSON of add_facts' batches as episodes, the superseded Paris
+    among them, beside the facts that stand for them."""
+    homes(memory)
+    memory.add_episode("Ann: my cat is called Tom.", group_id="u1", extract=False)
+    retriever = TkgRetriever(memory=memory, group_ids=["u1"], k=3)
+    assert len(retriever.invoke("where does Ann live?", k=1)) == 1
+    assert len(asyncio.run(retriever.ainvoke("where does Ann live?", k=1))) == 1
+    shown = [(d.metadata["kind"], d.page_content) for d in retriever.invoke("Ann Paris Rome cat", k=10)]
+    assert ("fact", "Ann lives in Rome") in shown and ("episode", "Ann: my cat is called Tom.") in shown
+    assert all("Paris" not in text for _, text in shown)
+    nodes = LlamaRetriever(memory, ["u1"], similarity_top_k=10).retrieve("Ann Paris Rome cat")
+    assert sorted(n.node.get_content() for n in nodes) == sorted(text for _, text in shown)
+
+
+@pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
+def test_langchain_history_keeps_a_message_longer_than_an_episode_in_parts() -> None:
+    """In a chain, the history's error is only logged by the framework's tracer: a long question lost the whole
+    turn, the answer with it, and invoke() returned as if all was kept."""
+    memory = Memory(embedder=HashEmbedder(dim=32))
+    history = TkgChatMessageHistory(memory, "u1", extract=False)
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{question}")])
+    chain = RunnableWithMessageHistory(
+        prompt | FakeListChatModel(responses=["ok"]),
+        lambda _: history,
+        input_messages_key="question",
+        history_messages_key="history",
+    )
+    question = "Summarise this: " + "lorem ipsum " * 10_000
+    chain.invoke({"question": question}, config={"configurable": {"session_id": "s"}})
+    kept = [(type(m).__name__, m.content) for m in history.messages]
+    assert kept[-1] == ("AIMessage", "ok") and len(kept) > 2
+    assert all(name == "HumanMessage" for name, _ in kept[:-1])
+    assert " ".join(text for _, text in kept[:-1]).split() == question.split()
+
+
+def test_llamaindex_block_keeps_messages_whatever_the_episode_limit_and_blank_parts() -> None:
+    """A part of a long message holding only blanks failed the whole batch (the blank check read the message, not
+    the part); with max_episode_chars of 200 or less the block stored nothing or raised a raw ValueError; and a
+    user message ending in many blanks asked an empty query."""
+    from tkg import MemoryConfig
+
+    for limit in (60, 150, 200, 1_000):
+        memory = Memory(embedder=HashEmbedder(dim=32), config=MemoryConfig(max_episode_chars=limit))
+        block = TkgMemoryBlock(name="tkg", memory=memory, group_id="u1", extract=False)
+        log = "Build log:" + " " * (3 * limit) + "end"
+        said = [("user", "I moved to Lisbon in May."), ("user", log), ("assistant", "Noted.")]
+        asyncio.run(block.aput([ChatMessage(role=MessageRole(r), content=c) for r, c in said]))
+        stored = [e.content for e in memory.episodes("u1")]
+        assert stored[0] == "User: I moved to Lisbon in May." and stored[-1] == "Assistant: Noted.", limit
+        assert [t.removeprefix("User: ").strip() for t in stored[1:-1]] == ["Build log:", "end"], limit
+        assert all(len(t) <= limit for t in stored)
+    memory = Memory(embedder=HashEmbedder(dim=32))
+    memory.add_facts([FactInput("Ann", "LIVES_IN", "Lisbon")], group_id="u1")
+    block = TkgMemoryBlock(name="tkg", memory=memory, group_id="u1")
+    trailing = "Where does Ann live?" + " " * (2 * memory.config.max_query_chars)
+    assert "Ann lives in Lisbon" in asyncio.run(block.aget([ChatMessage(role=MessageRole.USER, content=trailing)]))

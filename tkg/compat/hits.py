@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tkg.models import Episode, Fact
+from tkg.models import Episode, EpisodeStatus, Fact
 from tkg.search import SearchResults
 from tkg.timeutil import iso_offset
 
-__all__ = ["merged", "passage"]
+__all__ = ["merged", "passage", "unextracted"]
 
 
 def merged(found: SearchResults, keep: Callable[[Episode], bool] | None = None) -> list[tuple[float, Fact | Episode]]:
@@ -20,6 +20,13 @@ def merged(found: SearchResults, keep: Callable[[Episode], bool] | None = None) 
     scored += [(hit.score, hit.record) for hit in found.episodes if keep is None or keep(hit.record)]
     scored.sort(key=lambda pair: -pair[0])
     return scored
+
+
+def unextracted(episode: Episode) -> bool:
+    """An episode whose facts do not stand for it (stored without extraction, or failed): what an adapter shows
+    beside the facts. An extracted episode is shown by its facts, which say when each held (its raw text, or the
+    JSON of an ``add_facts`` batch, would state as current what has ended since)."""
+    return episode.status is not EpisodeStatus.EXTRACTED
 
 
 def passage(record: Fact | Episode) -> tuple[str, dict[str, Any]]:

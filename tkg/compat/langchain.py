@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict
 
-from tkg.compat.hits import merged, passage
-from tkg.compat.messages import episode_inputs, message_of, parse_messages
+from tkg.compat.hits import merged, passage, unextracted
+from tkg.compat.messages import episode_inputs, message_of, parse_messages, split_long
 from tkg.memory import Memory
 from tkg.models import Episode, Fact
 from tkg.search import SearchResults
@@ -38,7 +39,9 @@ class TkgChatMessageHistory(BaseChatMessageHistory):
     """The messages of one conversation, kept as episodes of ``group_id`` in a tkg memory. Each message added is
     an episode (extracted into facts when the memory has an LLM, unless ``extract=False``), so the same memory
     answers ``search`` and ``context`` over the conversation. ``clear`` removes this history's episodes (and
-    the facts only they support) and nothing else of the group."""
+    the facts only they support) and nothing else of the group. What is kept is each message's text: tool calls
+    are not (an AI message comes back without them; one with no text is left out), and a tool's result comes
+    back as a ``ChatMessage`` of role ``"tool"``; a message longer than an episode may be is kept in parts."""
 
     def __init__(self, memory: Memory, group_id: str, *, extract: bool | None = None) -> None:
         self.memory = memory
@@ -52,8 +55,11 @@ class TkgChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         # A message with no text (an AI message that only calls tools) has nothing to remember: left out, as the
         # LlamaIndex block leaves it out, so an agent's turn is kept with the rest of its messages.
+        # A message longer than an episode may be is kept in parts (in a chain, an error here is only logged by
+        # the framework's tracer: the turn would be lost unseen).
         plain = [_plain(message) for message in messages]
         parsed = parse_messages([m for m in plain if not isinstance(m["content"], str) or m["content"].strip()])
+        parsed = split_long(parsed, self.memory.config.max_episode_chars)
         if parsed:
             self.memory.add_episodes(episode_inputs(parsed, self.group_id, SOURCE), extract=self.extract)
 
@@ -81,17 +87,27 @@ class TkgRetriever(BaseRetriever):
     as_of: datetime | None = None
     known_at: datetime | None = None
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        # ``k`` given to invoke() overrides the retriever's (the framework passes it on when the signature has it)
+        k = self.k if k is None else k
         targets = ("facts", "episodes") if self.episodes else ("facts",)
         found = self.memory.search(
-            query, group_ids=self.group_ids, limit=self.k, targets=targets, as_of=self.as_of, known_at=self.known_at
+            query, group_ids=self.group_ids, limit=k, targets=targets, as_of=self.as_of, known_at=self.known_at
         )
-        return documents(found, self.k)
+        return documents(found, k)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        return await run_in_executor(None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k)
 
 
 def documents(found: SearchResults, k: int) -> list[Document]:
-    """The ``k`` best records of a search as documents, facts and episodes merged by score."""
-    return [_document(record, score) for score, record in merged(found)[:k]]
+    """The ``k`` best records of a search as documents, facts and the episodes no fact stands for
+    (:func:`tkg.compat.hits.unextracted`) merged by score."""
+    return [_document(record, score) for score, record in merged(found, keep=unextracted)[:k]]
 
 
 def _document(record: Fact | Episode, score: float) -> Document:

@@ -19,8 +19,8 @@ from llama_index.core.memory import BaseMemoryBlock
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from tkg.compat.hits import merged, passage
-from tkg.compat.messages import episode_inputs, parse_messages
+from tkg.compat.hits import merged, passage, unextracted
+from tkg.compat.messages import episode_inputs, parse_messages, split_long
 from tkg.memory import Memory
 from tkg.models import Episode, Fact
 
@@ -28,8 +28,6 @@ __all__ = ["TkgMemoryBlock", "TkgRetriever"]
 
 #: The source description of the episodes the memory block writes.
 SOURCE = "llamaindex"
-#: Characters of an episode kept for the speaker's name and punctuation around a message's text.
-_ROOM = 200
 
 
 class TkgMemoryBlock(BaseMemoryBlock[str]):
@@ -51,20 +49,18 @@ class TkgMemoryBlock(BaseMemoryBlock[str]):
             return ""
         # A user message longer than a query may be (a pasted text, its question last): its end is asked, so that
         # the agent's turn goes on (the framework's get() raised)
-        query = query[-self.memory.config.max_query_chars :]
+        query = query.strip()[-self.memory.config.max_query_chars :].strip()
         return await asyncio.to_thread(self.memory.context, query, group_ids=[self.group_id], max_chars=self.max_chars)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         # One write for the batch, all or nothing; the framework has let these messages go already, so a message
         # longer than an episode may be is kept in parts (else the whole batch was lost).
-        size = self.memory.config.max_episode_chars - _ROOM
         plain = [
-            {"role": m.role.value, "content": m.content[at : at + size], "name": m.additional_kwargs.get("name")}
+            {"role": m.role.value, "content": m.content, "name": m.additional_kwargs.get("name")}
             for m in messages
             if isinstance(m.content, str) and m.content.strip()
-            for at in range(0, len(m.content), size)
         ]
-        parsed = parse_messages(plain)
+        parsed = split_long(parse_messages(plain), self.memory.config.max_episode_chars)
         if parsed:
             inputs = episode_inputs(parsed, self.group_id, SOURCE)
             await asyncio.to_thread(self.memory.add_episodes, inputs, extract=self.extract)
@@ -95,7 +91,8 @@ class TkgRetriever(BaseRetriever):
         found = self._memory.search(
             query_bundle.query_str, group_ids=self._group_ids, limit=self._k, targets=self._targets, as_of=self._as_of
         )
-        return [NodeWithScore(node=_node(record), score=score) for score, record in merged(found)[: self._k]]
+        best = merged(found, keep=unextracted)[: self._k]
+        return [NodeWithScore(node=_node(record), score=score) for score, record in best]
 
 
 def _node(record: Fact | Episode) -> TextNode:

@@ -35,7 +35,7 @@ from typing import Any, Self, overload
 
 import numpy as np
 
-from tkg.compat.hits import merged
+from tkg.compat.hits import merged, unextracted
 from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_group, scope_of, scopes_covered
 from tkg.compat.mem0_filters import split_filters as _split
 from tkg.compat.messages import Message, episode_inputs, message_of, parse_messages
@@ -44,7 +44,7 @@ from tkg.errors import ConfigurationError, NotFoundError, ValidationError
 from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
 from tkg.memory import Memory as TkgMemory
-from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind
+from tkg.models import Entity, Episode, Fact, Kind
 from tkg.timeutil import iso_offset, to_aware, to_utc
 
 __all__ = ["Memory", "MemoryNotFoundError"]
@@ -133,7 +133,7 @@ class Memory:
         items: list[dict[str, Any]] = []
         for result in results:
             episode = result.episode
-            if episode.status is not EpisodeStatus.EXTRACTED:
+            if unextracted(episode):
                 items.append({**self._episode_item(episode), "event": "ADD"})
                 continue
             items.extend(self._fact_event(fact, episode) for fact in result.facts)
@@ -278,7 +278,7 @@ class Memory:
         kept = [
             item
             for e in self._memory.episodes(groups)
-            if e.status is not EpisodeStatus.EXTRACTED and (said_by is None or e.reference_time <= said_by)
+            if unextracted(e) and (said_by is None or e.reference_time <= said_by)
             for item in [self._episode_item(e, seen_at)]
             if item is not None
         ]
@@ -328,7 +328,7 @@ class Memory:
                 known_at=known_at,
                 include_invalidated=show_expired,
             )
-            scored = merged(found, keep=lambda episode: episode.status is not EpisodeStatus.EXTRACTED)
+            scored = merged(found, keep=unextracted)
             if threshold is not None:
                 scored = self._above(query, scored, threshold)
             facts = self._fact_items([r for _, r in scored if isinstance(r, Fact)], seen_at)

@@ -13,7 +13,7 @@ from tkg.errors import ValidationError
 from tkg.inputs import EpisodeInput
 from tkg.models import Episode
 
-__all__ = ["Message", "episode_inputs", "message_of", "parse_messages"]
+__all__ = ["Message", "episode_inputs", "message_of", "parse_messages", "split_long"]
 
 #: (role, speaker, content) of one message.
 Message = tuple[str, str, str]
@@ -48,6 +48,19 @@ def parse_messages(
         if ":" in speaker or "\n" in speaker:
             raise ValidationError(f"message {n}: name {speaker!r} may not hold ':' or a newline")
         out.append((role.strip(), speaker, content.strip()))
+    return out
+
+
+def split_long(messages: Sequence[Message], max_episode_chars: int) -> list[Message]:
+    """``messages`` with each one longer than an episode may be (``"Speaker: content"`` over
+    ``max_episode_chars``) cut into consecutive messages that fit; parts with nothing but blanks are left out."""
+    out: list[Message] = []
+    for n, (role, speaker, content) in enumerate(messages):
+        size = max_episode_chars - len(speaker) - 2
+        if size < 1:
+            raise ValidationError(f"message {n}: the speaker {speaker!r} leaves no room in an episode")
+        parts = [content[at : at + size] for at in range(0, len(content), size)]
+        out += [(role, speaker, part) for part in parts if part.strip()]
     return out
 
 
