@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 import tkg.ingest as ingest_module
-from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
 from tkg.extraction import PlanSettings
 from tkg.invalidation import own_end, text_key
 from tkg.llm import LLMPolicy, Prompt
@@ -411,3 +411,64 @@ def test_candidates_read_closest_first_are_those_of_the_whole_neighbourhood(
             assert memory._ingestor.settings.candidate_batch == batch
         outcomes.append((asked, canonical(memory)))
     assert outcomes[0] == outcomes[1]
+
+
+# -- one statement said over several intervals; facts with no start ----------------------------------------------
+
+YEAR = functools.partial(datetime, tzinfo=UTC)
+spans = st.lists(st.tuples(st.integers(2010, 2020), st.one_of(st.none(), st.integers(1, 4))), min_size=1, max_size=5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(said=spans, order=st.randoms(use_true_random=False))
+def test_a_statement_said_over_several_intervals_holds_over_their_union_once(said: list, order: Any) -> None:
+    """A restatement reaching past the end of the fact it restated was kept empty: "Ann knows Bob" said for
+    2019-2020 and again for 2020-2022 held for neither 2021 nor any later year. At every instant the statement
+    holds (in one fact, never two) exactly when one of the intervals it was said for covers it, whatever the
+    order they arrive in."""
+    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z", tick=timedelta(seconds=1)))
+    arrivals = list(said)
+    order.shuffle(arrivals)
+    for start, years in arrivals:
+        end = None if years is None else YEAR(start + years, 1, 1)
+        memory.add_facts([FactInput("Ann", "KNOWS", "Bob", valid_at=YEAR(start, 1, 1), invalid_at=end)], group_id="g")
+    for year in range(2009, 2027):
+        at = YEAR(year, 7, 1)
+        covered = any(start <= year and (years is None or year < start + years) for start, years in said)
+        holding = memory.get_all("g", as_of=at)
+        assert len(holding) == int(covered), (year, holding)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+def test_a_superseded_fact_with_no_start_ends_no_later_than_its_own_end(order: tuple[int, ...]) -> None:
+    """Two homes with no start: the one stated later ended the other when it was stated, even after the other's
+    own end -- "in Rome until 2023" stated in 2023 was pushed to April 2024 by "in Oslo until 2020", so "in Lima
+    since 2021" no longer ended it, and Ann had two homes in 2022."""
+    memory = Memory(
+        embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z", tick=timedelta(seconds=1)), ontology=ONTOLOGY
+    )
+    said = [
+        (FactInput("Ann", "LIVES_IN", "Rome", invalid_at="2023-01-01T00:00:00Z"), "2023-06-01T00:00:00Z"),
+        (FactInput("Ann", "LIVES_IN", "Oslo", invalid_at="2020-01-01T00:00:00Z"), "2024-04-01T00:00:00Z"),
+        (FactInput("Ann", "LIVES_IN", "Lima", valid_at="2021-01-01T00:00:00Z"), "2024-05-01T00:00:00Z"),
+    ]
+    for i in order:
+        memory.add_facts([said[i][0]], group_id="g", reference_time=said[i][1])
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+    ends = {names[f.target_id]: f.invalid_at for f in memory.get_all("g", include_invalidated=True)}
+    assert ends == {"Rome": YEAR(2021, 1, 1), "Oslo": YEAR(2020, 1, 1), "Lima": None}
+    assert [f.fact for f in memory.get_all("g", as_of="2022-06-01T00:00:00Z")] == ["Ann lives in Lima"]
+    for f in memory.records(Kind.FACT):
+        assert isinstance(f, Fact)
+        end = own_end(f)
+        assert end is None or f.invalid_at is None or f.invalid_at <= end, f
+
+
+def test_a_fact_given_only_its_end_has_an_unknown_start() -> None:
+    """add_facts with only invalid_at took the reference time as the start, found the end before it and dropped
+    the end: a job that ended in 2020 was stored as holding now. Extraction reads "until 2020" so already."""
+    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z"))
+    result = memory.add_facts([FactInput("Ann", "WORKS_AT", "Acme", invalid_at="2020-01-01T00:00:00Z")], group_id="g")
+    [fact] = result.facts
+    assert (fact.valid_at, fact.invalid_at, result.warnings) == (None, YEAR(2020, 1, 1), [])
+    assert memory.get_all("g") == [] and [f.id for f in memory.get_all("g", as_of="2019-01-01T00:00:00Z")] == [fact.id]

@@ -212,7 +212,8 @@ def structured_facts(
     facts: Iterable[FactInput | Mapping[str, Any]], reference: datetime
 ) -> tuple[list[dict[str, Any]], Draft]:
     """The JSON document an :meth:`tkg.Memory.add_facts` episode keeps, and the draft of its entities and facts.
-    A fact without ``valid_at`` holds from ``reference``; time phrases resolve against it."""
+    A fact without ``valid_at`` holds from ``reference`` (one given only ``invalid_at``: from an unknown start);
+    time phrases resolve against it."""
     if isinstance(facts, (str, bytes, Mapping)) or not isinstance(facts, Iterable):
         raise ValidationError(f"add_facts takes an iterable of facts (FactInput or mappings), not {facts!r}")
     items = [FactInput.of(f) for f in facts]
@@ -233,5 +234,8 @@ def structured_facts(
     for item, start, end in parsed:
         draft.add_entity(item.subject, item.subject_label)
         draft.add_entity(item.object, item.object_label)
-        add_fact(draft, item.subject, item.relation, item.object, item.fact, start or reference, end)
+        # without a start, a fact holds from the reference time; one given only its end has an unknown start (as
+        # extraction reads "until 2020")
+        since = start if start is not None else reference if end is None else None
+        add_fact(draft, item.subject, item.relation, item.object, item.fact, since, end)
     return [item.as_document() for item in items], draft

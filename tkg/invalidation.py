@@ -18,11 +18,14 @@ facts in any order, or removing one, gives what adding the others alone would ha
 3. **The sweep.** The facts are taken in world-time order: by start (an unknown start is "since forever"), then by
    the time they were stated (the newer information second), then by sentence, then the longer own end first.
    A fact whose statement already holds when it starts restates it: it is kept with an empty interval,
-   superseded by the fact it restates. Otherwise it starts to hold, and every holding fact it contradicts ends at
+   superseded by the fact it restates -- unless it holds on past that one's own end: then it continues the
+   statement, and the fact it restates ends at its start, so the statement holds over both intervals, once.
+   Otherwise it starts to hold, and every holding fact it contradicts ends at
    its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
    stored already superseded, and it shortens the facts it falls inside, exactly as if it had arrived in order.
-   A fact that starts "since forever" and is superseded by another such fact ends when that one was stated.
+   A fact that starts "since forever" and is superseded by another such fact ends when that one was stated, or
+   at its own end if that comes first (then it is not superseded: it simply ends).
 4. **Transaction time.** ``expired_at`` is set when the memory learns that a fact is superseded, kept while that
    stays so, and cleared if the supersession is undone (its cause removed). A fact superseded again differently
    keeps the supersession it replaces as a revision (:mod:`tkg.revisions`), so views of past transaction times
@@ -248,13 +251,15 @@ def history(
         holding = [h for h in holding if _holds_at(h, ends[h.id], start)]
         statement = classes.find(fact.id)
         restated = next((h for h in holding if classes.find(h.id) == statement), None)
-        if restated is not None:
+        if restated is not None and not _reaches_past(fact, ends[fact.id], restated, ends[restated.id]):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
         kept = []
         for h in holding:
-            if (classes.find(h.id), statement) in conflicts:
+            if h is restated or (
+                (classes.find(h.id), statement) in conflicts and (ends[h.id] is None or ends[h.id] >= ended)
+            ):
                 superseded[h.id] = (ended, fact.id)
             else:
                 kept.append(h)
@@ -276,6 +281,12 @@ def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]
         longest,
         fact.id,
     )
+
+
+def _reaches_past(fact: Fact, end: datetime | None, restated: Fact, restated_end: datetime | None) -> bool:
+    """Does ``fact``, restating ``restated`` (holding at its start), hold on past that one's own end? Then it
+    continues the statement from its start rather than being empty (a known start only)."""
+    return fact.valid_at is not None and restated_end is not None and (end is None or end > restated_end)
 
 
 def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:

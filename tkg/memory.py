@@ -377,7 +377,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         """Ingest structured facts with no LLM at all.
 
         The input is kept as one JSON episode (the facts' provenance). A fact without ``valid_at`` is taken to
-        hold from the reference time (default: now); ``invalid_at`` closes it. Facts are resolved against the
+        hold from the reference time (default: now), unless it is given only ``invalid_at``: then its start is
+        unknown; ``invalid_at`` closes it. Facts are resolved against the
         graph like extracted ones: a verbatim repeat adds provenance, and for a relation the ontology declares
         single-valued a new object ends the old one (old ``invalid_at`` = new ``valid_at``). ``episode_id`` names
         that episode (default: a new id); an id already taken is refused.
