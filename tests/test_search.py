@@ -162,6 +162,18 @@ def test_cross_encoder_seam_scores_and_min_score(memory, store):
     assert graded.usage.by_prompt == {"rerank": sum(p.name == "rerank" for p in llm.calls)}
 
 
+def test_a_cross_encoder_score_of_nan_is_refused(memory):
+    """A NaN breaks every comparison of the sort: the passage scored NaN came first whatever the others scored."""
+
+    class Broken:
+        def score(self, query, passages):
+            return [float("nan"), *[0.5] * (len(passages) - 1)]
+
+    config = SearchConfig(facts=TargetConfig(reranker=Reranker.CROSS_ENCODER))
+    with pytest.raises(ValidationError, match="NaN"):
+        memory.search("Ann", group_ids="g", config=config, cross_encoder=Broken())
+
+
 def test_invalidated_facts_only_on_request(memory):
     now = {s.record.fact for s in memory.search("Ann works", group_ids="g", config="facts").facts}
     assert "Ann works at Acme" not in now and "Ann works at Globex" in now

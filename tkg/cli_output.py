@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
 from tkg.search import SearchResults
+from tkg.timeutil import calendar_text
 
 __all__ = [
     "EXIT_ERROR",
@@ -103,7 +104,7 @@ def count_line(counts: Mapping[str, int]) -> str:
 def _when(value: datetime | None, missing: str) -> str:
     if value is None:
         return missing
-    return value.strftime("%Y-%m-%d") if value.time() == time(0) else value.strftime("%Y-%m-%d %H:%M")
+    return calendar_text(value, time_of_day=value.time() != time(0))
 
 
 def fact_range(fact: Fact) -> str:
@@ -138,7 +139,7 @@ def _entity_line(entity: Entity) -> str:
 
 
 def _episode_line(episode: Episode) -> str:
-    stamp = episode.reference_time.strftime("%Y-%m-%d %H:%M")
+    stamp = calendar_text(episode.reference_time)
     if episode.source is EpisodeSource.MESSAGE:
         return f"[{stamp}] {_preview(episode.content)}"
     origin = f" {episode.source_description}" if episode.source_description else ""

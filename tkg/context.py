@@ -9,6 +9,7 @@ the second of each, and so on, so a tight budget keeps the top of every list rat
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,8 +17,11 @@ from datetime import datetime
 from tkg.errors import ValidationError
 from tkg.models import Community, Entity, Episode, Fact
 from tkg.search import Scored, SearchResults
+from tkg.timeutil import calendar_text
 
-_DATE = "%Y-%m-%d %H:%M"
+#: The section tags of the string; user text that holds one (any case) has its angle brackets escaped, so that no
+#: record can close its section or open another.
+_TAGS = re.compile(r"<(/?\s*(?:FACTS|ENTITIES|COMMUNITIES|EPISODES)\s*)>", re.IGNORECASE)
 
 TokenCounter = Callable[[str], int]
 
@@ -44,11 +48,16 @@ class Context:
 
 
 def _when(value: datetime | None, missing: str) -> str:
-    return missing if value is None else value.strftime(_DATE) + " UTC"
+    return missing if value is None else calendar_text(value) + " UTC"
+
+
+def _text(value: str) -> str:
+    """User text as one entry of a section: its section tags escaped, its further lines indented under it."""
+    return _TAGS.sub(r"&lt;\1&gt;", value).replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\n  ")
 
 
 def fact_line(fact: Fact) -> str:
-    return f"- {fact.fact} ({_when(fact.valid_at, 'unknown')} - {_when(fact.invalid_at, 'present')})"
+    return f"- {_text(fact.fact)} ({_when(fact.valid_at, 'unknown')} - {_when(fact.invalid_at, 'present')})"
 
 
 def entity_line(entity: Entity) -> str:
@@ -61,8 +70,8 @@ def entity_line(entity: Entity) -> str:
     notes = [label for label in entity.labels if label != "Entity"]
     if entity.aliases:
         notes.append("also " + ", ".join(entity.aliases))
-    head = f"- {entity.name}" + (f" ({'; '.join(notes)})" if notes else "")
-    return f"{head}: {entity.summary}" if entity.summary else head
+    head = f"- {_text(entity.name)}" + (f" ({_text('; '.join(notes))})" if notes else "")
+    return f"{head}: {_text(entity.summary)}" if entity.summary else head
 
 
 _SECTIONS = (
@@ -80,8 +89,8 @@ def _line(target: str, scored: Scored) -> str:  # type: ignore[type-arg]
     if target == "entities":
         return entity_line(record)
     if target == "communities":
-        return f"- {record.name}: {record.summary}"
-    return f"- [{_when(record.reference_time, '')}] {record.content}"
+        return f"- {_text(record.name)}: {_text(record.summary)}"
+    return f"- [{_when(record.reference_time, '')}] {_text(record.content)}"
 
 
 def construct(

@@ -7,6 +7,7 @@ the narrow calls of :class:`tkg.storage.Store`, so this module runs unchanged on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -270,7 +271,10 @@ def _rerank(run: _Search, kind: Kind, config: TargetConfig, lists: dict[Method, 
         scores = run.cross_encoder.score(run.query, texts)
         if len(scores) != len(head):
             raise ValidationError(f"the cross-encoder returned {len(scores)} scores for {len(head)} passages")
-        return reorder(head, {h.id: float(s) for h, s in zip(head, scores, strict=True)})
+        given = {h.id: float(s) for h, s in zip(head, scores, strict=True)}
+        if any(math.isnan(score) for score in given.values()):
+            raise ValidationError("the cross-encoder returned NaN for a passage (a score orders nothing)")
+        return reorder(head, given)
     raise ValidationError(f"unknown reranker {reranker!r}")  # pragma: no cover - the config validates it
 
 

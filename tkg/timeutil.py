@@ -82,3 +82,12 @@ def iso(value: datetime | None) -> str | None:
 def iso_offset(value: datetime | None) -> str | None:
     """``value.isoformat()`` with its offset written out (``+00:00`` for UTC), or None."""
     return None if value is None else value.isoformat()
+
+
+def calendar_text(value: datetime, *, time_of_day: bool = True) -> str:
+    """``2024-05-01 09:30`` (the seconds when there are any), or the day alone: the year always in four digits
+    (glibc's ``%Y`` writes year 5 as ``5``)."""
+    day = f"{value.year:04d}-{value:%m-%d}"
+    if not time_of_day:
+        return day
+    return f"{day} {value:%H:%M}" + (f":{value.second:02d}" if value.second else "")
