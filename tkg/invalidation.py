@@ -257,9 +257,7 @@ def history(
         ended = start if start is not None else stated.get(fact.id, _NEVER)
         kept = []
         for h in holding:
-            if h is restated or (
-                (classes.find(h.id), statement) in conflicts and (ends[h.id] is None or ends[h.id] >= ended)
-            ):
+            if h is restated or ((classes.find(h.id), statement) in conflicts and _ends_at_or_after(ends[h.id], ended)):
                 superseded[h.id] = (ended, fact.id)
             else:
                 kept.append(h)
@@ -281,6 +279,10 @@ def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]
         longest,
         fact.id,
     )
+
+
+def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
+    return end is None or end >= at
 
 
 def _reaches_past(fact: Fact, end: datetime | None, restated: Fact, restated_end: datetime | None) -> bool:
