@@ -7,6 +7,7 @@ label propagation never terminates); the tier is tested through the public Memor
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import weakref
 from collections import Counter
@@ -816,3 +817,53 @@ def test_a_summary_without_an_llm_is_never_longer_than_asked(members, max_chars)
     characters for 100 asked), and the mark of the rest could pass the limit by one."""
     digest = fallback_digest([Member(n, s, d) for n, s, d in members], max_chars=max_chars)
     assert len(digest.summary) <= max_chars
+
+
+def test_removing_an_episode_takes_its_entities_out_of_community_names_and_summaries() -> None:
+    """remove_episode deleted Carol and her membership, but the community kept "Bob, Alice, Carol" as its name
+    and summary (found by a search for Carol, shown in the context) and a refresh left it so; a community left
+    with one member was kept, named after the entity removed."""
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock(NOW, tick=timedelta(seconds=1)))
+    memory.add_facts([FactInput("Alice", "KNOWS", "Bob")], group_id="g")
+    carol = memory.add_facts([FactInput("Carol", "KNOWS", "Bob"), FactInput("Carol", "LIKES", "Bob")], group_id="g")
+    [before] = memory.records(Kind.COMMUNITY)
+    assert isinstance(before, Community) and "Carol" in before.name + before.summary
+    memory.remove_episode(carol.episode.id)
+    [after] = memory.records(Kind.COMMUNITY)
+    assert isinstance(after, Community) and after.id == before.id and after.created_at == before.created_at
+    assert "Carol" not in after.name + after.summary and {"Alice", "Bob"} <= set(after.name.split(", "))
+    assert not np.array_equal(
+        after.name_embedding, before.name_embedding
+    )  # embedded again: a search by the old text misses it
+    assert "Carol" not in memory.context("Carol", group_ids="g", config="full")
+
+    dave = memory.add_facts([FactInput("Dave", "KNOWS", "Erin")], group_id="h")
+    ended = {"valid_at": "2019-01-01T00:00:00Z", "invalid_at": "2020-01-01T00:00:00Z"}
+    memory.add_facts([FactInput("Erin", "LIKED", "Tea", **ended)], group_id="h")  # Tea stays out (not live)
+    memory.remove_episode(dave.episode.id)  # Dave goes; Erin is left alone in her community
+    assert [c.group_id for c in memory.records(Kind.COMMUNITY)] == ["g"]
+    assert {m.community_id for m in memory.records(Kind.MEMBERSHIP)} == {after.id}
+
+
+def test_an_import_may_not_link_a_community_or_an_episode_to_another_groups_entity(tmp_path: Any) -> None:
+    """A membership (or a mention) linking records of two groups was imported, where such a fact is refused."""
+    from tkg.errors import BackendError
+
+    memory = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock(NOW))
+    memory.add_facts([FactInput("Alice", "KNOWS", "Bob")], group_id="g")
+    memory.add_facts([FactInput("Carol", "KNOWS", "Dan")], group_id="h")
+    path = tmp_path / "m.jsonl"
+    memory.export(path)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    in_g = {r["kind"]: r["record"]["id"] for r in records[1:] if r["record"]["group_id"] == "g" and "id" in r["record"]}
+    for kind, field in (("membership", "community_id"), ("mention", "episode_id")):
+        edited = json.loads(json.dumps(records))
+        for record in edited:
+            if record.get("kind") == kind and record["record"]["group_id"] == "h":
+                record["record"][field] = in_g[field.removesuffix("_id")]  # an entity of h linked to g's record
+        bad = tmp_path / f"{kind}.jsonl"
+        bad.write_text("".join(json.dumps(r) + "\n" for r in edited))
+        fresh = Memory(embedder=HashEmbedder(dim=64), clock=FixedClock(NOW))
+        with pytest.raises(BackendError, match=f"{kind}s never cross groups"):
+            fresh.import_jsonl(bad)
+        assert fresh.records(Kind.ENTITY) == []

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -439,7 +439,21 @@ class CommunityTier:
             )
         # A new community, or no LLM: (re)build from all members, ranked by their weight inside the community.
         member_ids = {m.entity_id for m in store.memberships(community_ids=[cid])} | set(newcomers)
-        facts = {f.id: f for f in store.facts_of(sorted(member_ids))}
+        members = self._ranked(store, member_ids, pending_entities, pending_facts, scope, frozenset())
+        return self._digest(members, usage, use_llm=self.config.summarize_on_extend)
+
+    def _ranked(
+        self,
+        store: Store,
+        member_ids: Set[str],
+        pending_entities: Mapping[str, Entity],
+        pending_facts: Mapping[str, Fact],
+        scope: Scope,
+        gone: Set[str],
+    ) -> list[Member]:
+        """The members, each weighted by its live facts inside the community (``pending_facts`` read as stored,
+        the facts ``gone`` as removed)."""
+        facts = {f.id: f for f in store.facts_of(sorted(member_ids)) if f.id not in gone}
         facts.update(
             (fid, f) for fid, f in pending_facts.items() if f.source_id in member_ids or f.target_id in member_ids
         )
@@ -449,11 +463,35 @@ class CommunityTier:
             if f.source_id != f.target_id and all(e in member_ids for e in ends) and scope.admits(f):
                 inside[f.source_id] += 1
                 inside[f.target_id] += 1
-        members = [self._member(e, pending_entities, store, inside[e]) for e in sorted(member_ids)]
-        return self._digest(members, usage, use_llm=self.config.summarize_on_extend)
+        return [self._member(e, pending_entities, store, inside[e]) for e in sorted(member_ids)]
+
+    def after_removal(
+        self,
+        store: Store,
+        remaining: Mapping[str, Set[str]],
+        entities: Mapping[str, Entity],
+        facts: Mapping[str, Fact],
+        gone: Set[str],
+        now: datetime,
+    ) -> list[Record]:
+        """New records of the communities an episode's removal took members from (``remaining``: community id
+        -> the members left, two or more), their names and summaries rebuilt from those members without the LLM,
+        so that no removed entity's name stays in them (``entities`` and ``facts``: the removal's new versions;
+        ``gone``: the facts it deletes)."""
+        scope = make_scope(now)
+        changed: list[tuple[str, str, CommunityDigest, datetime]] = []
+        olds = store.get(Kind.COMMUNITY, sorted(remaining))
+        for old in olds:
+            if not isinstance(old, Community):
+                continue
+            members = self._ranked(store, remaining[old.id], entities, facts, scope, gone)
+            digest = self._digest(members, LLMUsage(), use_llm=False)
+            if (digest.name, digest.summary) != (old.name, old.summary):
+                changed.append((old.id, old.group_id, digest, old.created_at))
+        return self._community_records(changed)
 
     @staticmethod
-    def _member(entity_id: str, pending: dict[str, Entity], store: Store, weight: int) -> Member:
+    def _member(entity_id: str, pending: Mapping[str, Entity], store: Store, weight: int) -> Member:
         entity = pending.get(entity_id) or store.get(Kind.ENTITY, [entity_id])[0]
         if not isinstance(entity, Entity):
             return Member(entity_id, "", weight)

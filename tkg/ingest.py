@@ -530,16 +530,27 @@ class Ingestor:
             vectors = check_vectors(self.embedder.embed([e.name for e in renamed]), self.embedder.dim, len(renamed))
             for entity, vector in zip(renamed, vectors, strict=True):
                 puts[(Kind.ENTITY, entity.id)] = dataclasses.replace(entity, name_embedding=vector)
-        if dropped:
-            gone_members = store.memberships(entity_ids=sorted(dropped))
-            deletes.extend((Kind.MEMBERSHIP, m.id) for m in gone_members)
-            touched_communities = sorted({m.community_id for m in gone_members})
-            remaining = {
-                m.community_id
-                for m in store.memberships(community_ids=touched_communities)
-                if m.entity_id not in dropped
-            }
-            deletes.extend((Kind.COMMUNITY, c) for c in touched_communities if c not in remaining)
+        # The communities of the entities removed or changed: one left with fewer than two members goes (with its
+        # last membership); the others get a name and summary of the members left (never a removed name).
+        changed = dropped | set(result.updated_entities)
+        if changed:
+            touched_communities = sorted({m.community_id for m in store.memberships(entity_ids=sorted(changed))})
+            remaining: dict[str, set[str]] = {c: set() for c in touched_communities}
+            for m in store.memberships(community_ids=touched_communities):
+                if m.entity_id in dropped:
+                    deletes.append((Kind.MEMBERSHIP, m.id))
+                else:
+                    remaining[m.community_id].add(m.entity_id)
+            for cid, members in remaining.items():
+                if len(members) < 2:
+                    deletes.append((Kind.COMMUNITY, cid))
+                    deletes.extend((Kind.MEMBERSHIP, f"{cid}>{e}") for e in sorted(members))
+            if self.communities is not None:
+                left = {c: m for c, m in remaining.items() if len(m) >= 2}
+                new_entities = {k[1]: r for k, r in puts.items() if isinstance(r, Entity)}
+                new_facts = {k[1]: r for k, r in puts.items() if isinstance(r, Fact)}
+                for record in self.communities.after_removal(store, left, new_entities, new_facts, set(gone), now):
+                    puts[(Kind.COMMUNITY, record.id)] = record
         deletes.append((Kind.EPISODE, episode.id))
         store.write(WriteBatch(puts=list(puts.values()), deletes=deletes))
         return result

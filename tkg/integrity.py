@@ -3,7 +3,7 @@
 * every record put is a tkg record;
 * a fact's two entities exist (in the store, or in the same write) and belong to the fact's group: facts never
   cross groups;
-* a mention's episode and entity exist; a membership's community and entity exist.
+* a mention's episode and entity exist, a membership's community and entity exist, each of the link's group.
 
 A record put and deleted in the same write counts as deleted (deletes apply after puts). A backend calls
 :func:`check_write` before it changes anything, with a lookup of what it already holds; a bulk load into an empty
@@ -90,13 +90,31 @@ def check_write(puts: Sequence[Record], deletes: Iterable[tuple[Kind, str]], sto
                         f"fact {fact.id} in group {fact.group_id!r} points to entity {end!r} of group {group!r}; "
                         "facts never cross groups"
                     )
-    episodes = groups[Kind.EPISODE]
-    if not (episodes.keys() >= set(map(_EPISODE, mentions)) and entity_group.keys() >= set(map(_ENTITY, mentions))):
-        for mention in mentions:
-            if _EPISODE(mention) not in episodes or _ENTITY(mention) not in entity_group:
-                raise BackendError(f"mention {mention.id} points to a missing episode or entity")
-    communities = groups[Kind.COMMUNITY]
-    if not (communities.keys() >= set(map(_COMMUNITY, members)) and entity_group.keys() >= set(map(_ENTITY, members))):
-        for member in members:
-            if _COMMUNITY(member) not in communities or _ENTITY(member) not in entity_group:
-                raise BackendError(f"membership {member.id} points to a missing community or entity")
+    _check_link("mention", mentions, _EPISODE, groups[Kind.EPISODE], "episode", entity_group)
+    _check_link("membership", members, _COMMUNITY, groups[Kind.COMMUNITY], "community", entity_group)
+
+
+def _check_link(
+    what: str,
+    links: Sequence[Record],
+    first: Callable[[Record], str],
+    first_group: Mapping[str, str],
+    first_kind: str,
+    entity_group: Mapping[str, str],
+) -> None:
+    """A link record (a mention, a membership) points to an existing record of ``first_kind`` and an existing
+    entity, both of its own group."""
+    link_groups = list(map(_GROUP, links))
+    if list(map(first_group.get, map(first, links))) == link_groups and (
+        list(map(entity_group.get, map(_ENTITY, links))) == link_groups
+    ):
+        return
+    for link in links:
+        ends = (first_group.get(first(link)), entity_group.get(_ENTITY(link)))
+        if None in ends:
+            raise BackendError(f"{what} {link.id} points to a missing {first_kind} or entity")
+        if ends != (link.group_id, link.group_id):  # type: ignore[attr-defined]
+            raise BackendError(
+                f"{what} {link.id} in group {link.group_id!r} links records of groups {ends[0]!r} and {ends[1]!r}; "  # type: ignore[attr-defined]
+                f"{what}s never cross groups"
+            )

@@ -414,7 +414,9 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         """Remove an episode as if it had never been added: facts it alone supports are deleted (others lose it
         from their provenance), the invalidations those facts caused are reverted, entities left with no facts
         and no mentions are deleted, and the others' names, aliases, labels, summaries and attributes are
-        recomputed from the mentions that remain. The only way anything is deleted from memory.
+        recomputed from the mentions that remain. The communities of the entities deleted or changed are named
+        and summarised again from the members left, without the LLM (no removed name stays in them), and one left
+        with fewer than two members is deleted. The only way anything is deleted from memory.
 
         A restored fact of a single-valued relation is settled again against facts recorded after it; other
         contradictions the LLM judged while the episode was present are not asked again."""
