@@ -489,6 +489,12 @@ MAY_20 = datetime(2024, 5, 20, 10, 0, tzinfo=UTC)
         ("March '19", None),  # dateparser: 19 March 2024
         ("20240501", datetime(2024, 5, 1, tzinfo=UTC)),  # basic ISO-8601; refused before
         ("20241340", None),
+        ("+2020", datetime(2020, 1, 1, tzinfo=UTC)),  # ISO 8601's expanded year; was 1 May 2020
+        ("+2020-03-01", datetime(2020, 3, 1, tzinfo=UTC)),
+        ("-0044", None),  # 45 BC: off the calendar; was 1 May 44
+        ("-44", None),  # was 1 May 2044
+        ("-2020-03-01", None),  # was 1 March 2020
+        ("-5 days", datetime(2024, 5, 15, tzinfo=UTC)),  # a shift, not a signed date
     ],
 )
 def test_phrases_dateparser_misreads_are_read_by_tkg_or_refused(phrase: str, expected: datetime | None) -> None:

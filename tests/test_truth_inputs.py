@@ -84,8 +84,20 @@ def test_structured_facts_resolve_phrases_on_the_callers_day() -> None:
         moved("now", sentence="Ann moved to \ud800Berlin"),
         {"entities": [{"name": "Ann", "summary": "Ann was born in \x00"}], "facts": []},
         moved("now", name="Berlin " * 100),  # a name longer than a database keeps as a key (MAX_NAME_CHARS)
+        moved("-44"),  # 45 BC: was stored as 1 June 2044, with no warning
+        moved("-2020-03-01"),  # was 1 March 2020
     ],
-    ids=["year-zero", "end-of-time", "month-13", "nul", "lone-surrogate", "nul-in-summary", "name-too-long"],
+    ids=[
+        "year-zero",
+        "end-of-time",
+        "month-13",
+        "nul",
+        "lone-surrogate",
+        "nul-in-summary",
+        "name-too-long",
+        "negative-year",
+        "negative-date",
+    ],
 )
 def test_an_unstorable_answer_is_the_llms_failure_and_retry_works(
     make_store: Callable[[int], Store], answer: dict[str, Any]

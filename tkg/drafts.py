@@ -147,7 +147,7 @@ def from_extraction(
     return draft
 
 
-_NUMERIC_DATE = re.compile(r"^[+-]?\d{4,}(?:-\d{1,2}(?:-\d{1,2}(?:[T ].*)?)?)?$")
+_NUMERIC_DATE = re.compile(r"^(?:[+-]\d+|\d{4,})(?:-\d{1,2}(?:-\d{1,2}(?:[T ].*)?)?)?$")
 
 
 def _date(

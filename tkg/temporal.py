@@ -98,6 +98,11 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     text = " ".join(str(phrase).split()).strip(" .,;:!?")
     if not text or len(text) > MAX_PHRASE:
         return None
+    signed = _SIGNED_YEAR.match(text)
+    if signed is not None:  # ISO 8601's expanded years: "+2020" is 2020; "-0044" (44 BC) is off the calendar
+        if signed.group(1) == "-" or len(signed.group(2)) < 4:
+            return None
+        text = text[1:]
     said = None if _BASIC_ISO_DATE.match(text) else parse_time_phrase(text)  # the grammar reads 8 digits as a year
     try:
         if said is not None:
@@ -234,6 +239,7 @@ _QUARTER = re.compile(r"^(?:in\s+)?(?:q([1-4])\s+(\d{4})|(\d{4})\s+q([1-4]))$", 
 _ANY_QUARTER = re.compile(r"\bq[1-4]\b", re.I)
 _APOSTROPHE_YEAR = re.compile(r"'\d{2}\b")
 _BASIC_ISO_DATE = re.compile(r"^\d{8}$")
+_SIGNED_YEAR = re.compile(r"^([+-])(\d+)(?:-\d{1,2}(?:-\d{1,2}(?:[T ].*)?)?)?$")  # a signed date in digits
 
 
 def _misread_by_dateparser(text: str, reference: datetime) -> tuple[bool, datetime | None]:
