@@ -180,6 +180,29 @@ def test_refused_connection_raises_llm_error_quickly() -> None:
     assert isinstance(info.value, TkgError)
 
 
+def test_an_answer_cut_off_in_its_body_is_not_called_a_failure_to_connect() -> None:
+    """The request reached the server and the body broke off: it said "could not connect"."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def answer_half() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"id": ')
+        conn.close()
+
+    threading.Thread(target=answer_half, daemon=True).start()
+    llm = OpenAILLM("fake-model", base_url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1", timeout=5.0)
+    with pytest.raises(LLMError, match="the connection broke off") as info:
+        llm.generate(PROMPT, GraphExtraction)
+    listener.close()
+    assert info.value.retryable and "could not connect" not in str(info.value)
+
+
 def test_timeout_raises_llm_error(server: FakeOpenAIServer) -> None:
     def slow(request: dict[str, Any]) -> dict[str, Any]:
         time.sleep(1.0)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tkg import BackgroundIngestor, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg import BackgroundIngestor, FixedClock, HashEmbedder, IngestionStatus, Kind, Memory, MemoryConfig, ScriptedLLM
 from tkg.errors import ExtractionFailedError, ValidationError
 from tkg.inputs import FactInput
 from tkg.llm import LLMPolicy, Prompt
@@ -124,8 +124,11 @@ def test_a_background_episode_with_an_unstorable_answer_fails_instead_of_staying
     with BackgroundIngestor(memory, workers=1) as ingestor:
         status = ingestor.wait(ingestor.submit("Ann: I moved to Berlin.", group_id="g"), timeout=30)
     assert status.state == "failed"
-    assert memory.get(Kind.EPISODE, status.episode_id).status is EpisodeStatus.FAILED  # type: ignore[attr-defined]
+    stored = memory.get(Kind.EPISODE, status.episode_id)
+    assert stored.status is EpisodeStatus.FAILED  # type: ignore[attr-defined]
     assert memory.queued_episodes() == []
+    # as the stored record tells it, and retry() works: answered badly is worth trying again (it said False)
+    assert status.retryable and IngestionStatus.of(stored).retryable  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -249,7 +249,8 @@ class Ingestor:
         except LLMError:
             raise
         except (TkgError, ValueError, TypeError, OverflowError) as exc:
-            raise LLMError(f"the LLM's answer cannot be stored: {exc}", retryable=False) from None
+            # retryable: asked again, the LLM may answer what can be stored (the failed episode is for retry())
+            raise LLMError(f"the LLM's answer cannot be stored: {exc}", retryable=True) from None
         return draft
 
     def apply_structured(self, episode: Episode, draft: Draft, now: datetime) -> EpisodeResult:

@@ -46,7 +46,14 @@ def describe_openai_error(exc: BaseException, timeout: float | None = None) -> s
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         detail = f": {type(cause).__name__}: {cause}" if cause is not None else ""
-        return f"could not connect{detail}"
+        # a request that reached the server and lost its answer (the body cut off, the peer gone) is not one
+        # that could not connect
+        # (by the class's name: the openai package may bring its own copy of httpx)
+        reached = cause is not None and not {c.__name__ for c in type(cause).__mro__} & {
+            "ConnectError",
+            "ConnectTimeout",
+        }
+        return f"{'the connection broke off' if reached else 'could not connect'}{detail}"
     if isinstance(exc, openai.APIStatusError):
         # exc.message repeats the whole body; the error object's own message is the useful part
         body = exc.body
