@@ -233,3 +233,60 @@ def test_an_import_waits_for_an_episode_of_its_group_being_planned(tmp_path: Pat
     assert len(outcome) == 1 and isinstance(outcome[0], ValidationError)
     assert [e.name for e in memory.find_entities("Ann", group_ids=["g"])] == ["Ann"]
     check_invariants(memory)
+
+
+def test_a_second_retry_of_an_episode_is_refused_before_its_llm_call_and_a_late_failure_says_what_stays() -> None:
+    """Two retry() calls of one failed episode: the second paid for an LLM call that could only be thrown away, and
+    when that call failed it said the episode was stored as failed, while it stayed extracted."""
+    from tkg.errors import ExtractionFailedError, LLMError
+    from tkg.llm.schema import GraphExtraction
+
+    answer = {"entities": [{"name": "Ann"}, {"name": "Oslo"}], "facts": []}
+    mode = {"now": "fail"}
+    entered, release = threading.Event(), threading.Event()
+
+    def handler(prompt: Any, model: Any) -> Any:
+        if model is not GraphExtraction:
+            return {}
+        if mode["now"] == "block":
+            entered.set()
+            release.wait(10)
+            raise LLMError("HTTP 500: down", retryable=False)
+        if mode["now"] == "fail":
+            raise LLMError("HTTP 500: down", retryable=False)
+        return answer
+
+    llm = ScriptedLLM(handler=handler)
+    store = InMemoryStore(dim=EMB.dim)
+    config = MemoryConfig(communities=None, llm_policy=LLMPolicy(max_attempts=1))
+    memory = Memory(store, embedder=EMB, llm=llm, clock=FixedClock("2024-01-01T00:00:00Z"), config=config)
+    with pytest.raises(ExtractionFailedError):
+        memory.add_episode("Ann: I live in Oslo.", group_id="g", episode_id="e1")
+    mode["now"] = "block"
+    outcome: dict[str, Any] = {}
+
+    def first() -> None:
+        try:
+            memory.retry("e1")
+        except Exception as exc:
+            outcome["first"] = exc
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert entered.wait(10)
+    calls = len(llm.calls)
+    with pytest.raises(ValidationError, match="being retried already"):
+        memory.retry("e1")
+    assert len(llm.calls) == calls  # refused before any call
+    # another process (a second memory on the same store) retries it meanwhile, and succeeds
+    mode["now"] = "answer"
+    other = Memory(store, embedder=EMB, llm=ScriptedLLM(handler=handler), clock=memory.clock, config=config)
+    done = other.retry("e1")
+    assert done.episode.status is EpisodeStatus.EXTRACTED
+    mode["now"] = "block"
+    release.set()
+    thread.join(10)
+    failed = outcome["first"]
+    assert isinstance(failed, ExtractionFailedError) and "extracted by another run meanwhile" in str(failed)
+    assert "stored (status 'failed')" not in str(failed)
+    assert store.get(Kind.EPISODE, ["e1"])[0].status is EpisodeStatus.EXTRACTED  # type: ignore[union-attr]

@@ -218,7 +218,13 @@ class Ingestor:
             )
         except LLMError as exc:
             failed = dataclasses.replace(episode, status=EpisodeStatus.FAILED, error=str(exc))
-            self._store_failed(failed, vectors, replace_stored)
+            instead = self._store_failed(failed, vectors, replace_stored)
+            if instead is not None:  # another run stored the episode meanwhile, or it was removed: not failed
+                raise ExtractionFailedError(
+                    f"extraction of episode {episode.id} failed: {exc}. Nothing was written: the episode was {instead} "
+                    "meanwhile.",
+                    episode_id=episode.id,
+                ) from exc
             log.warning("episode %s of group %s stored as failed: %s", episode.id, episode.group_id, exc)
             raise ExtractionFailedError(
                 f"extraction of episode {episode.id} failed: {exc}. The episode is stored (status 'failed'); "
@@ -379,7 +385,10 @@ class Ingestor:
         for i in plan.fresh_facts:
             plan.facts[i] = dataclasses.replace(plan.facts[i], embedding=vectors[plan.facts[i].fact])
 
-    def _store_failed(self, episode: Episode, vectors: dict[str, Vector] | None, replace_stored: bool = False) -> None:
+    def _store_failed(
+        self, episode: Episode, vectors: dict[str, Vector] | None, replace_stored: bool = False
+    ) -> str | None:
+        """Store ``episode`` as failed: ``None`` when written, else what became of the stored one meanwhile."""
         vector = (vectors or {}).get(episode.content)
         if vector is None:
             vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
@@ -390,6 +399,8 @@ class Ingestor:
             first = current is None and not replace_stored
             if first or (isinstance(current, Episode) and current.status in replaceable):
                 self.store.write(WriteBatch(puts=[dataclasses.replace(episode, embedding=vector)]))
+                return None
+            return f"{current.status.value} by another run" if isinstance(current, Episode) else "removed"
 
     def check_new(self, episode: Episode, *, replace_stored: bool = False) -> None:
         """Refuse to write ``episode`` over another record with its id (a failed one may be replaced). With

@@ -90,6 +90,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         self._config = config or MemoryConfig()
         self._ontology = ontology or Ontology()
         self._locks = MemoryLocks()
+        self._retry_lock = threading.Lock()
+        self._retrying: set[str] = set()  # ids of the episodes a retry() extracts now
         self._usage = LLMUsage()
         self._usage_lock = threading.Lock()
         self._embedder = embedder
@@ -298,7 +300,15 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         """Extract an episode whose extraction failed, now. Raises :class:`NotFoundError` for an unknown id and
         :class:`ValidationError` for an episode that did not fail."""
         episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
-        return self._extract_stored(episode, self._wants_llm(True))
+        with self._retry_lock:  # a second retry of it in this process would only pay for an LLM call in vain
+            if episode_id in self._retrying:
+                raise ValidationError(f"episode {episode_id} is being retried already")
+            self._retrying.add(episode_id)
+        try:
+            return self._extract_stored(episode, self._wants_llm(True))
+        finally:
+            with self._retry_lock:
+                self._retrying.discard(episode_id)
 
     def failed_episodes(self, group_ids: Groups = None) -> list[Episode]:
         """Episodes whose extraction failed for good and wait for :meth:`retry`, oldest first."""
