@@ -324,3 +324,25 @@ def test_embedder_bad_configuration_is_rejected(kwargs: dict[str, Any]) -> None:
     options: dict[str, Any] = {"model": "m", "dim": 8, **kwargs}
     with pytest.raises(ValidationError):
         OpenAIEmbedder(options.pop("model"), options.pop("dim"), base_url="http://127.0.0.1:1/v1", **options)
+
+
+@pytest.mark.parametrize(("bad_answers", "max_attempts"), [(99, 4), (99, 1), (1, 4), (2, 3)])
+def test_every_request_counts_against_the_policys_attempts(bad_answers: int, max_attempts: int) -> None:
+    """OpenAILLM's re-asks (max_retries: the validation error goes back to the model) ran inside each of the
+    guard's attempts: 8 requests for max_attempts=4, and LLMUsage.retries counted 3 of the 7 requests past the
+    first (none when one bad answer was re-asked)."""
+    from tkg.llm import LLMPolicy, LLMUsage
+    from tkg.llm.guard import GuardedLLM
+
+    answers = iter([BAD_ANSWER] * bad_answers)
+    with FakeOpenAIServer(chat=lambda request: next(answers, ANSWER)) as srv:
+        guard = GuardedLLM(llm_for(srv, max_retries=1), LLMPolicy(max_attempts=max_attempts, backoff_initial=0.0))
+        usage = LLMUsage()
+        if bad_answers >= max_attempts:
+            with pytest.raises(LLMError):
+                guard.call(PROMPT, GraphExtraction, usage)
+        else:
+            assert guard.call(PROMPT, GraphExtraction, usage).entities
+        made = len(chat_requests(srv))
+    assert made == min(bad_answers + 1, max_attempts)
+    assert (usage.calls, usage.retries) == (1, made - 1)

@@ -40,7 +40,8 @@ class LLMError(TkgError):
 
     ``retryable`` says whether trying again may help (rate limits, server errors, timeouts, malformed output);
     ``retry_after`` is the server's requested wait in seconds, when it sent one; ``spent`` the (prompt,
-    completion) tokens the server reported for the answers it sent that could not be used (they are billed).
+    completion) tokens the server reported for the answers it sent that could not be used (they are billed);
+    ``requests`` the requests the failed call made (a client that asks again by itself makes several).
     """
 
     def __init__(
@@ -50,11 +51,13 @@ class LLMError(TkgError):
         retryable: bool = False,
         retry_after: float | None = None,
         spent: tuple[int, int] | None = None,
+        requests: int = 1,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.spent = spent
+        self.requests = requests
 
 
 class ExtractionFailedError(LLMError):

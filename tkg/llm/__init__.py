@@ -6,7 +6,7 @@
 * :class:`tkg.llm.openai.OpenAILLM` -- instructor over the ``openai`` client (OpenAI, vLLM, Ollama, llama.cpp).
 """
 
-from tkg.llm.base import LLMClient, LLMUsage, Prompt, Tokens, UsageReportingLLM
+from tkg.llm.base import LLMClient, LLMUsage, Prompt, ReaskingLLM, Tokens, UsageReportingLLM
 from tkg.llm.guard import GuardedLLM, LLMPolicy
 from tkg.llm.schema import ExtractedEntity, ExtractedFact, GraphExtraction, Resolution
 from tkg.llm.scripted import ScriptedLLM
@@ -20,6 +20,7 @@ __all__ = [
     "LLMPolicy",
     "LLMUsage",
     "Prompt",
+    "ReaskingLLM",
     "Resolution",
     "ScriptedLLM",
     "Tokens",

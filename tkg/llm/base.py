@@ -48,6 +48,18 @@ class UsageReportingLLM(LLMClient, Protocol):
     def generate_with_usage(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens | None]: ...
 
 
+@runtime_checkable
+class ReaskingLLM(UsageReportingLLM, Protocol):
+    """A :class:`UsageReportingLLM` that asks again by itself when an answer does not fit its schema (the
+    validation error goes back to the model: instructor's re-asks). Every request counts as one of the policy's
+    attempts: :class:`tkg.llm.guard.GuardedLLM` says how many the call may make (``most_requests``, at least 1)
+    and the client answers how many it made, or raises :class:`tkg.errors.LLMError` with ``requests`` set."""
+
+    def generate_within(
+        self, prompt: Prompt, response_model: type[T], most_requests: int
+    ) -> tuple[T, Tokens | None, int]: ...
+
+
 class Tokens(NamedTuple):
     """Tokens one call used. ``estimated``: counted as characters / 4, not reported by the server."""
 

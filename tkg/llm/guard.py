@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError, LLMError
-from tkg.llm.base import LLMClient, LLMUsage, Prompt, T, Tokens, UsageReportingLLM, estimate_tokens
+from tkg.llm.base import LLMClient, LLMUsage, Prompt, ReaskingLLM, T, Tokens, UsageReportingLLM, estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,8 @@ class LLMPolicy:
     """How a memory calls its LLM.
 
     A retryable :class:`tkg.errors.LLMError` (rate limit, server error, timeout, output that does not fit the
-    schema) is tried again up to ``max_attempts`` in all, waiting ``backoff_initial * 2**n`` seconds (capped at
+    schema) is tried again up to ``max_attempts`` requests in all (a client's own re-asks among them: see
+    :class:`tkg.llm.ReaskingLLM`), waiting ``backoff_initial * 2**n`` seconds (capped at
     ``backoff_max``, at least the server's ``Retry-After``, with up to ``jitter`` of it added at random).
     ``max_concurrency`` calls run at once and at most ``requests_per_minute`` start per minute (None: no limit),
     across every thread of the memory.
@@ -78,35 +79,43 @@ class GuardedLLM:
         retries are exhausted or the error is not retryable."""
         started = self._monotonic()
         attempt = 0
+        requests = 0  # every request counts against max_attempts, a client's own re-asks too (ReaskingLLM)
         spent: Tokens | None = None  # the tokens of answers that could not be used: billed all the same
         while True:
             attempt += 1
             self._wait_for_rate()
             try:
                 with self._slots:
-                    answer, tokens = self._generate(prompt, response_model)
+                    answer, tokens, made = self._generate(prompt, response_model, self.policy.max_attempts - requests)
             except LLMError as exc:
+                requests += max(1, exc.requests)
                 if exc.spent is not None:
                     spent = _plus(spent, Tokens(*exc.spent))
-                if not exc.retryable or attempt >= self.policy.max_attempts:
+                if not exc.retryable or requests >= self.policy.max_attempts:
                     usage.failures += 1
-                    usage.record(prompt, spent, self._monotonic() - started, attempt - 1)
-                    if attempt > 1:
+                    usage.record(prompt, spent, self._monotonic() - started, requests - 1)
+                    if requests > 1:
                         raise LLMError(
-                            f"{exc} (gave up after {attempt} attempts)",
+                            f"{exc} (gave up after {requests} attempts)",
                             retryable=exc.retryable,
                             spent=None if spent is None else (spent.prompt, spent.completion),
+                            requests=requests,
                         ) from exc
                     raise
                 self._sleep(self._delay(attempt, exc.retry_after))
                 continue
-            usage.record(prompt, _plus(spent, tokens), self._monotonic() - started, attempt - 1)
+            requests += made
+            usage.record(prompt, _plus(spent, tokens), self._monotonic() - started, requests - 1)
             return answer
 
-    def _generate(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens]:
+    def _generate(self, prompt: Prompt, response_model: type[T], most_requests: int) -> tuple[T, Tokens, int]:
+        """The answer, its tokens and the requests made for it (at most ``most_requests``)."""
         client = self.client
+        made = 1
         try:
-            if isinstance(client, UsageReportingLLM):
+            if isinstance(client, ReaskingLLM):
+                answer, tokens, made = client.generate_within(prompt, response_model, max(1, most_requests))
+            elif isinstance(client, UsageReportingLLM):
                 answer, tokens = client.generate_with_usage(prompt, response_model)
             else:
                 answer = self.client.generate(prompt, response_model)
@@ -119,7 +128,7 @@ class GuardedLLM:
             raise LLMError(
                 f"LLM client returned {type(answer).__name__}, not {response_model.__name__}", retryable=True
             )
-        return answer, tokens if tokens is not None else estimate_tokens(prompt, answer)
+        return answer, tokens if tokens is not None else estimate_tokens(prompt, answer), max(1, made)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         base = min(self.policy.backoff_max, self.policy.backoff_initial * 2 ** (attempt - 1))

@@ -8,6 +8,7 @@ import instructor
 import openai
 from instructor.core import IncompleteOutputException, InstructorError, InstructorRetryException
 from instructor.core import ValidationError as InstructorValidationError
+from instructor.core.hooks import Hooks
 from pydantic import ValidationError as PydanticValidationError
 
 from tkg.errors import LLMError, ValidationError
@@ -115,16 +116,28 @@ class OpenAILLM:
 
     def generate_with_usage(self, prompt: Prompt, response_model: type[T]) -> tuple[T, Tokens | None]:
         """The answer and the tokens the server reported for it (None if it reported none)."""
+        answer, tokens, _ = self.generate_within(prompt, response_model, self.max_retries + 1)
+        return answer, tokens
+
+    def generate_within(
+        self, prompt: Prompt, response_model: type[T], most_requests: int
+    ) -> tuple[T, Tokens | None, int]:
+        """The answer, its tokens and the requests made for it: up to ``max_retries`` re-asks (the validation
+        error sent back to the model), within ``most_requests`` in all (:class:`tkg.llm.ReaskingLLM`)."""
         messages: list[Any] = [
             {"role": "system", "content": prompt.system},
             {"role": "user", "content": prompt.user},
         ]
+        made = [0]
+        hooks = Hooks()
+        hooks.on("completion:kwargs", lambda *_, **__: made.__setitem__(0, made[0] + 1))
         try:
             result, completion = self._instructor.chat.completions.create_with_completion(
                 model=self.model,
                 response_model=response_model,
                 messages=messages,
-                max_retries=self.max_retries,
+                max_retries=max(0, min(self.max_retries, most_requests - 1)),
+                hooks=hooks,
                 temperature=self.temperature,
                 max_tokens=self.max_tokens,
             )
@@ -136,6 +149,7 @@ class OpenAILLM:
                 retryable=retryable,
                 retry_after=retry_after,
                 spent=_spent(exc),
+                requests=max(1, made[0]),
             ) from exc
         if not isinstance(result, response_model):
             raise LLMError(
@@ -153,7 +167,7 @@ class OpenAILLM:
         tokens = None
         if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
             tokens = Tokens(int(usage.prompt_tokens), int(usage.completion_tokens or 0))
-        return plain, tokens
+        return plain, tokens, max(1, made[0])
 
     def _reason(self, exc: BaseException, response_model: type[T]) -> str:
         # instructor wraps both API errors and exhausted validation retries in InstructorRetryException, with
