@@ -608,3 +608,106 @@ def test_a_write_in_flight_when_the_memory_closes_is_refused_not_lost(tmp_path: 
     with open_memory(path) as reopened:
         assert facts_of(reopened) == facts_of(memory)
         assert [e.content for e in reopened.episodes()] == [e.content for e in memory.episodes()]
+
+
+# -- a disk that fills up ------------------------------------------------------------------------------------------
+
+_FILE_TOO_BIG = """
+import resource, signal, sys
+from pathlib import Path
+from tkg import FactInput, HashEmbedder, Kind, Memory, MemoryConfig
+from tkg.errors import JournalError
+from tkg.journal import segment_paths
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails (EFBIG), as on a full disk
+path = Path(sys.argv[1])
+def opened():
+    return Memory.open(path, embedder=HashEmbedder(dim=32), config=MemoryConfig(communities=None))
+def names(memory):
+    return sorted(e.name for e in memory.records(Kind.ENTITY))
+memory = opened()
+memory.add_facts([FactInput("Ann", "LIKES", "Tea")], group_id="g")
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (segment_paths(path)[-1].stat().st_size + 100, hard))
+try:
+    memory.add_facts([FactInput("Bob", "LIKES", "Coffee")], group_id="g")
+    raise SystemExit("the write past the limit did not fail")
+except JournalError:
+    pass
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+assert names(memory) == ["Ann", "Tea"], names(memory)
+if sys.argv[2] == "write":
+    memory.add_facts([FactInput("Cid", "LIKES", "Milk")], group_id="g")
+memory.close()
+again = opened()
+expected = ["Ann", "Cid", "Milk", "Tea"] if sys.argv[2] == "write" else ["Ann", "Tea"]
+assert names(again) == expected, names(again)
+again.close()
+sys.stdout.write("written")
+"""
+
+
+@pytest.mark.parametrize("then", ["write", "close"])
+def test_a_write_the_disk_refused_leaves_nothing_behind(tmp_path: Path, then: str) -> None:
+    """The journal's file was buffered: a write that failed for lack of space stayed in the buffer, and the next
+    flush put it on disk -- after a later write, under its sequence number (the journal never opened again:
+    "out of order"), or at close() (the failed write was there after a reopen)."""
+    run_script_to_the_end(_FILE_TOO_BIG, str(tmp_path / "m.tkg"), then)
+
+
+def test_a_compaction_that_cannot_start_its_segment_fails_no_write(tmp_path: Path, monkeypatch: Any) -> None:
+    """The new segment's header could not be written (disk full): the automatic compaction raised a raw OSError
+    out of a write already journalled (reported failed, there after a reopen), and the journal stayed closed for
+    good; compact() did the same."""
+    import errno
+
+    import tkg.journal as journal_module
+
+    real = journal_module._write_all
+
+    def full_for_headers(f: Any, data: bytes) -> None:
+        if data.startswith(journal_module.MAGIC):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(f, data)
+
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    write(memory, 0)
+    memory.close()
+    size = sum(p.stat().st_size for p in segment_paths(path))
+    memory = open_memory(path, compact_bytes=size + 1)  # every write from now on asks for a compaction
+    monkeypatch.setattr(journal_module, "_write_all", full_for_headers)
+    for i in range(1, 4):
+        write(memory, i)  # each acknowledged, though no compaction can start
+    with pytest.raises(JournalError, match="new journal segment"):
+        memory.compact()
+    assert [p.name for p in segment_paths(path)] == ["m.tkg.journal.000001"]  # none begun and left half-made
+    monkeypatch.setattr(journal_module, "_write_all", real)
+    write(memory, 4)
+    memory.close()
+    assert facts_of(open_memory(path)) == {f"P{i} likes T{i % 7}" for i in range(5)}
+
+
+_END_RIGHT_AFTER_A_COMPACTION_STARTS = """
+import sys
+from pathlib import Path
+from tkg import FactInput, HashEmbedder, Memory, MemoryConfig
+from tkg.journal import JournalPolicy, segment_paths
+path = Path(sys.argv[1])
+memory = Memory.open(
+    path, embedder=HashEmbedder(dim=16), config=MemoryConfig(communities=None),
+    durability=JournalPolicy(compact_bytes=2_000_000),
+)
+i = 0
+while len(segment_paths(path)) < 2:  # until the automatic compaction has started (it rotates the journal)
+    memory.add_facts([FactInput(f"P{i}_{j}", "LIKES", f"T{j}") for j in range(200)], group_id="g")
+    i += 1
+sys.stdout.write("written")
+"""
+
+
+def test_a_compaction_still_running_when_the_main_thread_ends_finishes(tmp_path: Path) -> None:
+    """Python starts no pool work once the main thread has ended: the compaction's snapshot check failed
+    (RuntimeError, "cannot schedule new futures after interpreter shutdown"), and the compaction was lost."""
+    path = tmp_path / "m.tkg"
+    run_script_to_the_end(_END_RIGHT_AFTER_A_COMPACTION_STARTS, str(path))
+    assert path.exists() and len(segment_paths(path)) == 1  # folded into a snapshot

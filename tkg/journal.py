@@ -29,7 +29,9 @@ holds the flushed bytes).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import struct
 import threading
@@ -46,6 +48,8 @@ from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError, JournalError, TkgError
 from tkg.models import Kind, vector_of
 from tkg.storage import WriteBatch
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"\x89TKGJRN\n"
 FORMAT_VERSION = 2
@@ -305,17 +309,27 @@ class Journal:
         return self._bytes
 
     def _open_segment(self, *, new: bool) -> None:
-        if new:
-            self._number += 1
-        path = _segment_path(self.snapshot, self._number)
-        f = open(path, "ab")  # noqa: SIM115 - kept open for appends, closed by close()/rotate()
-        if f.tell() == 0:
-            head = MAGIC + _HEAD.pack(FORMAT_VERSION) + (encode_meta(self._meta) if self._meta is not None else b"")
-            f.write(head)
-            f.flush()
-            os.fsync(f.fileno())
-            self._bytes += len(head)
-            _sync_directory(self.snapshot.parent)
+        """Open the current segment (``new``: the next one) for appends; on an ``OSError`` the journal is as it
+        was (a new segment that could not be started is removed)."""
+        number = self._number + 1 if new else self._number
+        path = _segment_path(self.snapshot, number)
+        # Unbuffered: an append that fails leaves nothing in a buffer to reach the disk later (a later flush
+        # would write the failed entry after all, under the sequence number of the next one).
+        f = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open for appends, closed by close()/rotate()
+        try:
+            if os.fstat(f.fileno()).st_size == 0:
+                head = MAGIC + _HEAD.pack(FORMAT_VERSION) + (encode_meta(self._meta) if self._meta is not None else b"")
+                _write_all(f, head)
+                os.fsync(f.fileno())
+                _sync_directory(self.snapshot.parent)
+                self._bytes += len(head)
+        except OSError:
+            f.close()
+            if new:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            raise
+        self._number = number
         self._file = f
 
     def append(self, batch: WriteBatch) -> int:
@@ -331,26 +345,27 @@ class Journal:
             if len(entry) >= _MAX_ENTRY:
                 raise JournalError("a single write is larger than the journal accepts (2 GiB)")
             f = self._file
-            start = f.tell()
+            start = os.fstat(f.fileno()).st_size
             try:
-                f.write(entry)
-                f.flush()
+                _write_all(f, entry)
                 if self.policy.sync == "always":
                     os.fdatasync(f.fileno()) if hasattr(os, "fdatasync") else os.fsync(f.fileno())
                 else:
                     self._dirty.set()
             except OSError as exc:
                 try:  # leave no partial entry behind for the next append to follow
-                    f.truncate(start)
-                    f.seek(start)
-                except OSError:
-                    pass
+                    os.ftruncate(f.fileno(), start)
+                except OSError as cut:  # a partial entry stays at the end: no append may follow it
+                    self._sync_error = cut
                 raise JournalError(f"cannot append to the journal {f.name}: {exc}") from None
             self._next_seq = seq + 1
             self._bytes += len(entry)
             size = self._bytes
         if self.on_grow is not None:
-            self.on_grow(size)
+            try:
+                self.on_grow(size)
+            except Exception:  # the batch is written and durable: a compaction that cannot start fails no write
+                log.exception("a compaction of %s could not start; the journal keeps every write", self.snapshot)
         return seq
 
     def rotate(self) -> tuple[int, int]:
@@ -359,9 +374,12 @@ class Journal:
         with self._lock:
             if self._file is None:
                 raise JournalError("the journal is closed")
-            self._close_file()
-            closed = self._number
-            self._open_segment(new=True)
+            old, closed = self._file, self._number
+            try:  # the next segment first: if it cannot be started, appends go on to this one
+                self._open_segment(new=True)
+            except OSError as exc:
+                raise JournalError(f"cannot start a new journal segment for {self.snapshot}: {exc}") from None
+            self._close_file(old)
             return closed, self._next_seq - 1
 
     def drop_through(self, number: int) -> None:
@@ -391,12 +409,15 @@ class Journal:
         if self._syncer is not None:
             self._syncer.join(timeout=5)
 
-    def _close_file(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+    def _close_file(self, file: IO[bytes] | None = None) -> None:
+        """Sync and close ``file`` (default: the current segment's, which is then gone)."""
+        if file is None:
+            file, self._file = self._file, None
+        if file is not None:
+            try:
+                os.fsync(file.fileno())
+            finally:
+                file.close()
 
     def _sync_loop(self) -> None:
         while not self._closed:
@@ -411,6 +432,16 @@ class Journal:
             except OSError as exc:  # surfaced by the next append
                 self._sync_error = exc
             threading.Event().wait(self.policy.interval)
+
+
+def _write_all(f: IO[bytes], data: bytes) -> None:
+    """Write all of ``data`` to an unbuffered file (a raw write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        written = f.write(view)
+        if not written:
+            raise OSError(f"a write to {f.name} took no bytes")
+        view = view[written:]
 
 
 def _sync_directory(directory: Path) -> None:

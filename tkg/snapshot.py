@@ -33,10 +33,10 @@ import os
 import struct
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import msgpack
 import numpy as np
@@ -47,6 +47,8 @@ from tkg.errors import SnapshotError, SnapshotFormatError, SnapshotVersionError,
 from tkg.models import Kind
 from tkg.storage import KIND_ORDER, IndexExport, RecordSet, SectionData, Store
 from tkg.writer_lock import still_at
+
+R = TypeVar("R")
 
 try:
     import fcntl
@@ -103,7 +105,7 @@ class _Writer:
             if memoryview(chunk).nbytes < _THREAD_MIN:
                 digest.update(chunk)
             else:
-                hashing = self._hasher.submit(digest.update, chunk)
+                hashing = submit(self._hasher, digest.update, chunk)
             self.raw(chunk)
         if hashing is not None:
             hashing.result()
@@ -112,7 +114,7 @@ class _Writer:
             if self._sync is not None:
                 self._sync.result()  # surface a failed flush now
             self.out.flush()
-            self._sync = self._syncer.submit(_datasync, self.out.fileno())
+            self._sync = submit(self._syncer, _datasync, self.out.fileno())
             self._unsynced = 0
 
     def finish(self) -> None:
@@ -228,6 +230,20 @@ def _save(store: Store, target: Path, directory: Path, meta: Mapping[str, Any]) 
     return size
 
 
+def submit(pool: ThreadPoolExecutor, fn: Callable[..., R], *args: Any) -> Future[R]:
+    """``pool.submit(fn, *args)``, or ``fn`` run here when the interpreter is shutting down (Python starts no
+    pool work then): a compaction still running as the main thread ends must finish, not fail."""
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError:
+        done: Future[R] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
+
+
 def verify_file(path: str | os.PathLike[str]) -> None:
     """Read a written snapshot back from disk and check its table and every section's checksum; raises
     :class:`SnapshotError` on any mismatch (the caller then keeps the previous file)."""
@@ -253,7 +269,8 @@ def verify_file(path: str | os.PathLike[str]) -> None:
 
     # Two threads: hashing and reading release the GIL, and a big snapshot has a few big sections.
     with ThreadPoolExecutor(2, thread_name_prefix="tkg-snapshot-verify") as pool:
-        checks = dict(zip(places, pool.map(intact, places.values()), strict=True))
+        jobs = [submit(pool, intact, place) for place in places.values()]
+        checks = {name: job.result() for name, job in zip(places, jobs, strict=True)}
     bad = sorted(name for name, ok in checks.items() if not ok)
     if bad:
         raise SnapshotError(f"the snapshot just written does not read back intact (sections {bad}); not saved")
@@ -511,7 +528,7 @@ def _read_sections(path: str | os.PathLike[str], f: IO[bytes], version: int) -> 
                 if rows * 4 * dim != length:
                     raise SnapshotFormatError(f"{path} is corrupt: section {vec_name} is not whole vectors")
                 buffer = np.empty((rows, dim), dtype="<f4")
-                job = reader.submit(_read_into, f, path, buffer, offset, f"{path} (section {vec_name})")
+                job = submit(reader, _read_into, f, path, buffer, offset, f"{path} (section {vec_name})")
                 readable = buffer.view()
                 readable.setflags(write=False)
                 fetching[kind] = (vec_name, job, readable)
