@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import weakref
 from collections import Counter
 from datetime import timedelta
@@ -867,3 +868,44 @@ def test_an_import_may_not_link_a_community_or_an_episode_to_another_groups_enti
         with pytest.raises(BackendError, match=f"{kind}s never cross groups"):
             fresh.import_jsonl(bad)
         assert fresh.records(Kind.ENTITY) == []
+
+
+def test_with_an_llm_a_refresh_summarises_again_what_extension_and_removal_left_unsummarised() -> None:
+    """By default (summarize_on_extend off) extension keeps a community's LLM summary as it was, or founds one
+    with tkg's stand-in; the refresh compared members with the memberships extension had already written, found
+    nothing changed, and no community was ever summarised by the LLM again ("2 members" for three, forever)."""
+    llm = summariser()
+    memory = Memory(embedder=HashEmbedder(dim=64), llm=llm, clock=FixedClock(NOW, tick=timedelta(seconds=1)))
+
+    def summaries() -> dict[frozenset[str], str]:
+        names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+        members: dict[str, set[str]] = {}
+        for m in memory.records(Kind.MEMBERSHIP):
+            assert isinstance(m, Membership)
+            members.setdefault(m.community_id, set()).add(names[m.entity_id])
+        return {frozenset(members[c.id]): c.summary for c in memory.records(Kind.COMMUNITY) if isinstance(c, Community)}
+
+    def by_llm(found: dict[frozenset[str], str]) -> dict[frozenset[str], bool]:
+        """Is each summary the LLM's, of exactly these members?"""
+        return {
+            members: summary.startswith("community of")
+            and sorted(re.findall(r"[A-Z][a-z]+", summary[13:])) == sorted(members)
+            for members, summary in found.items()
+        }
+
+    memory.add_facts([FactInput("Alice", "KNOWS", "Bob")], group_id="g")
+    memory.refresh_communities("g")
+    assert by_llm(summaries()) == {frozenset({"Alice", "Bob"}): True}
+    memory.add_facts([FactInput("Carol", "KNOWS", "Alice"), FactInput("Carol", "KNOWS", "Bob")], group_id="g")
+    memory.add_facts([FactInput("Xena", "KNOWS", "Yuri")], group_id="g")  # a community founded by extension
+    calls = len(llm.calls)
+    report = memory.refresh_communities("g")
+    assert (report.updated, report.created, report.unchanged) == (2, 0, 0) and len(llm.calls) > calls
+    assert by_llm(summaries()) == {frozenset({"Alice", "Bob", "Carol"}): True, frozenset({"Xena", "Yuri"}): True}
+    calls = len(llm.calls)
+    assert memory.refresh_communities("g").unchanged == 2 and len(llm.calls) == calls  # nothing new: no call
+    removal = next(e for e in memory.records(Kind.EPISODE) if "Carol" in e.content)
+    memory.remove_episode(removal.id)  # tkg's stand-in at once (no removed name), the LLM's at the next refresh
+    assert summaries()[frozenset({"Alice", "Bob"})] == "2 members: Alice; Bob"
+    assert memory.refresh_communities("g").updated == 1
+    assert by_llm(summaries()) == {frozenset({"Alice", "Bob"}): True, frozenset({"Xena", "Yuri"}): True}

@@ -299,17 +299,23 @@ def schema_at(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, version
 
 def put_rows(conn: psycopg.Connection[Any], schema: str, records: list[Record]) -> None:
     """The records' rows alone, as an older tkg wrote them (nothing a later schema derives from them)."""
-    from tkg.backends.postgres.records import COLUMNS, row_values
+    from tkg.backends.postgres.records import ADDED_COLUMNS, COLUMNS, row_values
     from tkg.backends.postgres.vectors import register_vector
 
     register_vector(conn)
     for record in records:
-        # The record's columns (and an entity's names); not a fact's sketch (schema 6) nor indexed (schema 10).
-        columns = [*COLUMNS[record.kind], *(["names"] if record.kind is Kind.ENTITY else [])]
-        values = row_values(record, DIM)[: len(columns)]
+        # The record's columns (and an entity's names); not a fact's sketch (schema 6) nor indexed (schema 10),
+        # nor a column a later schema added (records.ADDED_COLUMNS).
+        values = dict(zip(COLUMNS[record.kind], row_values(record, DIM), strict=False))
+        if record.kind is Kind.ENTITY:
+            values["names"] = row_values(record, DIM)[len(COLUMNS[record.kind])]
+        for kind, column in ADDED_COLUMNS:
+            if kind is record.kind:
+                values.pop(column)
+        columns = list(values)
         table = pg_schema.TABLES[record.kind].name
         statement = f"INSERT INTO {{s}}.{table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
-        conn.execute(pg_schema.render(statement, schema), values)
+        conn.execute(pg_schema.render(statement, schema), list(values.values()))
 
 
 def test_a_version_2_schema_gets_bm25_postings_of_its_records_on_upgrade(
@@ -425,6 +431,7 @@ def test_a_version_8_schema_keeps_its_packs_and_stale_records_on_upgrade(
             conn.execute(f'ALTER TABLE "{schema}".{table}_stale DROP COLUMN mark')
             conn.execute(f'ALTER TABLE "{schema}".{table} DROP COLUMN indexed')  # schema 10's, with its indexes
         conn.execute(f'ALTER TABLE "{schema}".packed DROP COLUMN gen, DROP COLUMN pending')
+        conn.execute(f'ALTER TABLE "{schema}".communities DROP COLUMN summarised')  # schema 12's
         conn.execute(f"UPDATE \"{schema}\".meta SET value = '8' WHERE key = 'schema_version'")
     scope = make_scope(T0 + timedelta(days=1), ["g"])
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
@@ -1778,3 +1785,23 @@ def test_a_version_10_schema_keys_names_with_a_final_plus_or_hash_on_upgrade(
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
         found = store.entities_by_name("g", ["C++", "C#", "C"])
         assert {key: [e.id for e in hits] for key, hits in found.items()} == {"c++": ["e1"], "c#": ["e2"], "c": ["e3"]}
+
+
+def test_a_version_11_schema_keeps_its_communities_and_summarises_them_again_only_when_their_members_change(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 12: a community keeps the fingerprint of the members its summary was written from. The communities
+    of an older schema read as written from their members ("" : not known), so an upgrade summarises none again."""
+    schema = schema_at(server, monkeypatch, 11)
+    community = Community(id="c1", group_id="g", name="Chess club", created_at=T0, summary="players")
+    with admin(server) as conn:
+        put_rows(conn, schema, [community])
+    with PostgresStore(server.dsn, dim=DIM, schema=schema) as store:
+        [read] = store.get(Kind.COMMUNITY, ["c1"])
+        assert isinstance(read, Community) and (read.name, read.summary, read.summarised) == (
+            "Chess club",
+            "players",
+            "",
+        )
+        store.write(WriteBatch(puts=[dataclasses.replace(read, summarised="abc")]))
+        assert store.get(Kind.COMMUNITY, ["c1"])[0].summarised == "abc"  # type: ignore[union-attr]

@@ -85,10 +85,23 @@ class CommunityUpdate:
     usage: LLMUsage = field(default_factory=LLMUsage)
 
 
+#: What :attr:`tkg.models.Community.summarised` holds for a name and summary the LLM is still to write (tkg's own
+#: stand-in, or the LLM's of other members): the fingerprint of no member set.
+UNSUMMARISED = "-"
+
+#: A community to write: id, group, name and summary, created_at, the fingerprint of the members they came from.
+Changed = tuple[str, str, CommunityDigest, datetime, str]
+
+
 def community_id(group_id: str, member_ids: Iterable[str]) -> str:
     """A deterministic id for a new community, from its group and members (stable across runs and machines)."""
     text = "\x00".join([group_id, *sorted(member_ids)])
     return "community-" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def members_fingerprint(member_ids: Iterable[str]) -> str:
+    """What :attr:`tkg.models.Community.summarised` holds for a summary written from these members."""
+    return hashlib.blake2b("\x00".join(sorted(member_ids)).encode(), digest_size=8).hexdigest()
 
 
 def content_order(entity: Entity) -> tuple[str, str, str]:
@@ -233,12 +246,12 @@ class CommunityTier:
 
         usage = LLMUsage()
         puts: list[Record] = []
-        changed: list[tuple[str, str, CommunityDigest, datetime]] = []
+        changed: list[Changed] = []
         created = updated = unchanged = 0
         for cid, members in zip(ids, new_sets, strict=True):
             member_set = set(members)
             before = old_members.get(cid, set())
-            if cid in old_records and before == member_set:
+            if cid in old_records and before == member_set and _summarised(old_records[cid], member_set):
                 unchanged += 1
                 continue
             if cid in old_records:
@@ -250,7 +263,7 @@ class CommunityTier:
                 for e in members
             ]
             since = old_records[cid].created_at if cid in old_records else now
-            changed.append((cid, group_id, self._digest(ranked, usage), since))
+            changed.append((cid, group_id, self._digest(ranked, usage), since, members_fingerprint(members)))
             puts.extend(
                 Membership(community_id=cid, entity_id=e, group_id=group_id, created_at=now)
                 for e in members
@@ -358,20 +371,26 @@ class CommunityTier:
         update = CommunityUpdate(assigned=assigned, waiting=waiting, usage=usage)
         if not joined:
             return update
-        changed: list[tuple[str, str, CommunityDigest, datetime]] = []
+        changed: list[Changed] = []
+        kept: list[Record] = []
         memberships: list[Record] = []
         for cid in sorted(joined):
             group = self._group_of(joined[cid][0], pending_entities, store)
             old = None if cid in founded else store.get(Kind.COMMUNITY, [cid])[0]
-            digest = self._extended_digest(store, cid, old, joined[cid], pending_entities, pending_facts, scope, usage)
+            digest, written_from = self._extended_digest(
+                store, cid, old, joined[cid], pending_entities, pending_facts, scope, usage
+            )
             if not isinstance(old, Community):
-                changed.append((cid, group, digest, now))
-            elif (digest.name, digest.summary) != (old.name, old.summary):  # else nothing to re-embed
-                changed.append((cid, group, digest, old.created_at))
+                changed.append((cid, group, digest, now, written_from))
+            elif (digest.name, digest.summary) != (old.name, old.summary):
+                changed.append((cid, group, digest, old.created_at, written_from))
+            elif written_from != old.summarised:  # the same text, now of these members: nothing to re-embed
+                kept.append(replace(old, summarised=written_from))
             memberships.extend(
                 Membership(community_id=cid, entity_id=e, group_id=group, created_at=now) for e in joined[cid]
             )
         update.puts.extend(self._community_records(changed))
+        update.puts.extend(kept)
         update.puts.extend(memberships)
         return update
 
@@ -429,18 +448,24 @@ class CommunityTier:
         pending_facts: dict[str, Fact],
         scope: Scope,
         usage: LLMUsage,
-    ) -> CommunityDigest:
+    ) -> tuple[CommunityDigest, str]:
+        """The community's name and summary with ``newcomers`` in it, and the fingerprint of the members they
+        were written from (:attr:`tkg.models.Community.summarised`)."""
+        member_ids = {m.entity_id for m in store.memberships(community_ids=[cid])} | set(newcomers)
         if isinstance(old, Community) and self.llm is not None:
-            if not self.config.summarize_on_extend:
-                return CommunityDigest(name=old.name, summary=old.summary)
+            if not self.config.summarize_on_extend:  # kept as the LLM wrote it: the next refresh writes it again
+                return CommunityDigest(name=old.name, summary=old.summary), UNSUMMARISED
             members = [self._member(e, pending_entities, store, 0) for e in newcomers]
-            return update_summary(
+            updated = update_summary(
                 self.llm, old.summary, old.name, members, chunk_chars=self.config.chunk_chars, usage=usage
             )
+            return updated, members_fingerprint(member_ids)
         # A new community, or no LLM: (re)build from all members, ranked by their weight inside the community.
-        member_ids = {m.entity_id for m in store.memberships(community_ids=[cid])} | set(newcomers)
+        # Without the LLM's words (summarize_on_extend off) where there is an LLM: the next refresh asks for them.
         members = self._ranked(store, member_ids, pending_entities, pending_facts, scope, frozenset())
-        return self._digest(members, usage, use_llm=self.config.summarize_on_extend)
+        digest = self._digest(members, usage, use_llm=self.config.summarize_on_extend)
+        llm_wanted = self.llm is not None and not self.config.summarize_on_extend
+        return digest, UNSUMMARISED if llm_wanted else members_fingerprint(member_ids)
 
     def _ranked(
         self,
@@ -479,7 +504,7 @@ class CommunityTier:
         so that no removed entity's name stays in them (``entities`` and ``facts``: the removal's new versions;
         ``gone``: the facts it deletes)."""
         scope = make_scope(now)
-        changed: list[tuple[str, str, CommunityDigest, datetime]] = []
+        changed: list[Changed] = []
         olds = store.get(Kind.COMMUNITY, sorted(remaining))
         for old in olds:
             if not isinstance(old, Community):
@@ -487,7 +512,9 @@ class CommunityTier:
             members = self._ranked(store, remaining[old.id], entities, facts, scope, gone)
             digest = self._digest(members, LLMUsage(), use_llm=False)
             if (digest.name, digest.summary) != (old.name, old.summary):
-                changed.append((old.id, old.group_id, digest, old.created_at))
+                # where there is an LLM, the next refresh asks it for a summary of the members left
+                written_from = members_fingerprint(remaining[old.id]) if self.llm is None else UNSUMMARISED
+                changed.append((old.id, old.group_id, digest, old.created_at, written_from))
         return self._community_records(changed)
 
     @staticmethod
@@ -576,11 +603,12 @@ class CommunityTier:
             usage=usage,
         )
 
-    def _community_records(self, changed: Sequence[tuple[str, str, CommunityDigest, datetime]]) -> list[Record]:
-        """Community records for (id, group, digest, created_at), their name and summary embedded in one call."""
+    def _community_records(self, changed: Sequence[Changed]) -> list[Record]:
+        """Community records for (id, group, digest, created_at, fingerprint of the members it was written from),
+        their name and summary embedded in one call."""
         if not changed:
             return []
-        texts = [f"{digest.name}\n{digest.summary}" for _, _, digest, _ in changed]
+        texts = [f"{digest.name}\n{digest.summary}" for _, _, digest, _, _ in changed]
         vectors = check_vectors(self.embedder.embed(texts), self.embedder.dim, len(texts))
         return [
             Community(
@@ -590,9 +618,16 @@ class CommunityTier:
                 created_at=created,
                 summary=digest.summary,
                 name_embedding=vector,
+                summarised=written_from,
             )
-            for (cid, group_id, digest, created), vector in zip(changed, vectors, strict=True)
+            for (cid, group_id, digest, created, written_from), vector in zip(changed, vectors, strict=True)
         ]
+
+
+def _summarised(community: Community, members: Set[str]) -> bool:
+    """Were the community's name and summary written from these members? (Not known: taken as yes, so that
+    communities written before tkg kept it are not all summarised again at once.)"""
+    return community.summarised in ("", members_fingerprint(members))
 
 
 def _match(group_id: str, new_sets: Sequence[Sequence[str]], old_members: dict[str, set[str]]) -> list[str]:

@@ -436,6 +436,9 @@ class Community(_Record):
     created_at: datetime
     summary: str = ""
     name_embedding: Vector | None = field(default=None, repr=False)
+    #: A fingerprint of the members the name and summary were written from (``""``: not known, a community
+    #: written before tkg kept it). A refresh summarises again a community whose members differ from it.
+    summarised: str = ""
 
     def __post_init__(self) -> None:
         self._check_common()

@@ -138,11 +138,23 @@ def upsert_statement(kind: Kind, indexed: bool = False) -> str:
     )
 
 
-def select(kind: Kind) -> str:
+#: Record columns added to a table after its first version: (kind, column) -> (the schema version that added it,
+#: the SQL of the value its records had before).
+ADDED_COLUMNS: dict[tuple[Kind, str], tuple[int, str]] = {(Kind.COMMUNITY, "summarised"): (12, "''")}
+
+
+def select(kind: Kind, version: int | None = None) -> str:
     """``SELECT seq, <the record's columns> FROM <the table>`` (rows for :func:`from_rows`). JSON columns come as
     their text, which :func:`from_rows` parses for all rows at once (one ``json.loads`` per row and column was a
-    third of the time of reading a thousand facts)."""
-    columns = [f"{c}::text" if c in JSON_COLUMNS else c for c in COLUMNS[kind]]
+    third of the time of reading a thousand facts). ``version``: the schema is at that version (a migration's
+    backfill reads it): a column added later is read as the value its records had before."""
+    columns = []
+    for c in COLUMNS[kind]:
+        added = ADDED_COLUMNS.get((kind, c))
+        if version is not None and added is not None and version < added[0]:
+            columns.append(f"{added[1]} AS {c}")
+        else:
+            columns.append(f"{c}::text" if c in JSON_COLUMNS else c)
     return f"SELECT seq, {', '.join(columns)} FROM {{s}}.{TABLES[kind].name}"
 
 

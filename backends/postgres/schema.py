@@ -27,7 +27,7 @@ from .connection import connect, describe
 log = logging.getLogger(__name__)
 
 #: The schema version this tkg writes. Bump it and add a migration to change the schema.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 @dataclass(frozen=True)
@@ -414,6 +414,13 @@ def _migrate_to_11(conn: psycopg.Connection[Any], schema: str, settings: dict[st
             )
 
 
+# Version 12: a community keeps the fingerprint of the members its name and summary were written from
+# (tkg.models.Community.summarised), so that a refresh summarises again one whose members changed since. Communities
+# already stored get "" (not known: taken as written from their members).
+def _migrate_to_12(conn: psycopg.Connection[Any], schema: str, settings: dict[str, str]) -> None:
+    conn.execute(render("ALTER TABLE {s}.communities ADD COLUMN summarised text NOT NULL DEFAULT ''", schema))
+
+
 #: MIGRATIONS[n] takes a schema at version n - 1 to version n.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], None]] = {
     1: _migrate_to_1,
@@ -427,6 +434,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str, dict[str, str]], N
     9: _migrate_to_9,
     10: _migrate_to_10,
     11: _migrate_to_11,
+    12: _migrate_to_12,
 }
 
 

@@ -280,11 +280,10 @@ def _repack_steps(conn: psycopg.Connection[Any], q: Render, kind: Kind, lock: st
 
 def index_stored(conn: psycopg.Connection[Any], q: Render, kind: Kind, page: int = 5000) -> None:
     """Write the postings and statistics of every ``kind`` record already stored (the migration to schema 3)."""
-    # select() names the columns of today's records; should a later migration add a column to a text table,
-    # this must read only the columns of version 3 (it runs before that migration).
+    # Only the columns of version 3 are read (it runs right after that migration, before the later ones).
     delta = Delta()
     after = 0
-    statement = q(f"{select(kind)} WHERE seq > %s ORDER BY seq LIMIT {page}")
+    statement = q(f"{select(kind, version=3)} WHERE seq > %s ORDER BY seq LIMIT {page}")
     with conn.cursor() as cur:
         while rows := cur.execute(statement, [after]).fetchall():
             after = rows[-1][0]
