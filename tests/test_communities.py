@@ -909,3 +909,22 @@ def test_with_an_llm_a_refresh_summarises_again_what_extension_and_removal_left_
     assert summaries()[frozenset({"Alice", "Bob"})] == "2 members: Alice; Bob"
     assert memory.refresh_communities("g").updated == 1
     assert by_llm(summaries()) == {frozenset({"Alice", "Bob"}): True, frozenset({"Xena", "Yuri"}): True}
+
+
+def test_a_memory_with_no_community_tier_rewrites_the_communities_a_removal_touches() -> None:
+    """A memory whose config has no communities, over a store that has some (written by another memory, or by
+    refresh_communities before a restart): the removal deleted Carol's membership but left "Alice, Bob, Carol"."""
+    store = InMemoryStore(dim=64)
+    config = MemoryConfig(communities=None)
+    first = Memory(
+        store, embedder=HashEmbedder(dim=64), clock=FixedClock(NOW, tick=timedelta(seconds=1)), config=config
+    )
+    first.add_facts([FactInput("Alice", "KNOWS", "Bob")], group_id="g")
+    carol = first.add_facts([FactInput("Carol", "KNOWS", "Bob")], group_id="g")
+    first.refresh_communities("g")
+    [before] = store.scan(Kind.COMMUNITY)
+    assert isinstance(before, Community) and "Carol" in before.name + before.summary
+    again = Memory(store, embedder=HashEmbedder(dim=64), clock=first.clock, config=config)  # as after a restart
+    again.remove_episode(carol.episode.id)
+    [after] = store.scan(Kind.COMMUNITY)
+    assert isinstance(after, Community) and "Carol" not in after.name + after.summary

@@ -290,3 +290,64 @@ def test_a_second_retry_of_an_episode_is_refused_before_its_llm_call_and_a_late_
     assert isinstance(failed, ExtractionFailedError) and "extracted by another run meanwhile" in str(failed)
     assert "stored (status 'failed')" not in str(failed)
     assert store.get(Kind.EPISODE, ["e1"])[0].status is EpisodeStatus.EXTRACTED  # type: ignore[union-attr]
+
+
+def test_a_retry_that_read_the_episode_failed_before_another_retry_ended_makes_no_llm_call() -> None:
+    """The second retry read the episode (failed) while the first ran, and checked for a retry under way only
+    after the first had ended: it paid for an extraction whose answer could only be refused."""
+    from tkg.errors import ExtractionFailedError
+    from tkg.llm.schema import GraphExtraction
+
+    answer = {"entities": [{"name": "Ann"}, {"name": "Oslo"}], "facts": []}
+    gate = {"fail": True}
+    entered, release = threading.Event(), threading.Event()
+    extractions: list[str] = []
+
+    def handler(prompt: Any, model: Any) -> Any:
+        if model is not GraphExtraction:
+            return {}
+        extractions.append(threading.current_thread().name)
+        if gate["fail"]:
+            raise __import__("tkg").errors.LLMError("HTTP 500: down", retryable=False)
+        if threading.current_thread().name == "first":
+            entered.set()
+            release.wait(10)
+        return answer
+
+    config = MemoryConfig(communities=None, llm_policy=LLMPolicy(max_attempts=1))
+    memory = Memory(
+        embedder=EMB, llm=ScriptedLLM(handler=handler), clock=FixedClock("2024-01-01T00:00:00Z"), config=config
+    )
+    with pytest.raises(ExtractionFailedError):
+        memory.add_episode("Ann: I live in Oslo.", group_id="g", episode_id="e1")
+    gate["fail"] = False
+    read = threading.Event()
+    real_get = memory.get
+
+    def get(*args: Any, **kwargs: Any) -> Any:  # the second retry reads the episode, then waits for the first
+        found = real_get(*args, **kwargs)
+        if threading.current_thread().name == "second":
+            read.set()
+            assert first.join(10) is None
+        return found
+
+    memory.get = get  # type: ignore[method-assign]
+    outcome: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        try:
+            outcome[name] = memory.retry("e1").episode.status
+        except Exception as exc:
+            outcome[name] = exc
+
+    first = threading.Thread(target=run, args=("first",), name="first")
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=run, args=("second",), name="second")
+    second.start()
+    read.wait(2)  # it reads (before the fix) or is refused at once (after)
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert outcome["first"] is EpisodeStatus.EXTRACTED and isinstance(outcome["second"], ValidationError)
+    assert extractions.count("second") == 0, extractions

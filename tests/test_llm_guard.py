@@ -234,3 +234,38 @@ def test_a_users_client_that_reports_usage_is_believed_and_one_that_does_not_is_
     assert usage.estimated
     assert describe_llm(scripted) == "ScriptedLLM" and describe_llm(None) == "none"
     assert describe_llm(OpenAILLM("m", base_url="http://127.0.0.1:9/v1")) == "m at http://127.0.0.1:9/v1"
+
+
+def test_a_reasking_clients_requests_count_against_the_attempts_whatever_it_returns() -> None:
+    """A client that asks again by itself (tkg.llm.ReaskingLLM) and gives back an answer of the wrong type: the
+    guard counted one request where it had made several, and made 8 for max_attempts=4."""
+    from tkg.llm import ReaskingLLM, Tokens
+
+    class Other(BaseModel):
+        text: str = "no"
+
+    class Reasking:
+        def __init__(self) -> None:
+            self.requests = 0
+            self.calls = 0
+
+        def generate(self, prompt: Prompt, response_model: type[Any]) -> Any:
+            return self.generate_within(prompt, response_model, 1)[0]
+
+        def generate_with_usage(self, prompt: Prompt, response_model: type[Any]) -> tuple[Any, Tokens | None]:
+            return self.generate_within(prompt, response_model, 3)[:2]
+
+        def generate_within(
+            self, prompt: Prompt, response_model: type[Any], most_requests: int
+        ) -> tuple[Any, Tokens | None, int]:
+            made = min(3, most_requests)
+            self.requests += made
+            self.calls += 1
+            return Other(), Tokens(1, 1), made  # never the model asked for
+
+    client = Reasking()
+    assert isinstance(client, ReaskingLLM)
+    usage = LLMUsage()
+    with pytest.raises(LLMError, match="gave up after 4 attempts"):
+        GuardedLLM(client, LLMPolicy(max_attempts=4, backoff_initial=0.0)).call(PROMPT, GraphExtraction, usage)
+    assert (client.requests, client.calls, usage.retries) == (4, 2, 3)

@@ -113,7 +113,8 @@ class MemoryConfig:
     #: policy re-runs detection when due (a refresh it triggers runs inside that ingestion call). Summaries are
     #: not re-asked of the LLM on every extension by default (that would cost calls per episode); refreshes
     #: summarise the communities whose members changed since their summary was written (by extension or a
-    #: removal too: :attr:`tkg.models.Community.summarised`). None: no communities unless :meth:`Memory.refresh_communities`.
+    #: removal too: :attr:`tkg.models.Community.summarised`). None: no communities unless
+    #: :meth:`Memory.refresh_communities`.
     communities: CommunityConfig | None = field(default_factory=lambda: CommunityConfig(summarize_on_extend=False))
 
     def __post_init__(self) -> None:

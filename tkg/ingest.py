@@ -19,7 +19,7 @@ from typing import Any
 
 from tkg import invalidation, revisions
 from tkg.community_tier import CommunityTier
-from tkg.config import MemoryConfig
+from tkg.config import CommunityConfig, MemoryConfig
 from tkg.drafts import Draft, from_extraction, name_grams, speaker_of, time_mentions
 from tkg.embedders.base import Embedder, check_vectors
 from tkg.errors import ExtractionFailedError, LLMError, NotFoundError, TkgError, ValidationError
@@ -557,12 +557,13 @@ class Ingestor:
                 if len(members) < 2:
                     deletes.append((Kind.COMMUNITY, cid))
                     deletes.extend((Kind.MEMBERSHIP, f"{cid}>{e}") for e in sorted(members))
-            if self.communities is not None:
-                left = {c: m for c, m in remaining.items() if len(m) >= 2}
-                new_entities = {k[1]: r for k, r in puts.items() if isinstance(r, Entity)}
-                new_facts = {k[1]: r for k, r in puts.items() if isinstance(r, Fact)}
-                for record in self.communities.after_removal(store, left, new_entities, new_facts, set(gone), now):
-                    puts[(Kind.COMMUNITY, record.id)] = record
+            # (with no tier, as a memory whose config has no communities over a store that has some)
+            tier = self.communities or CommunityTier(self.embedder, self.llm, config=CommunityConfig())
+            left = {c: m for c, m in remaining.items() if len(m) >= 2}
+            new_entities = {k[1]: r for k, r in puts.items() if isinstance(r, Entity)}
+            new_facts = {k[1]: r for k, r in puts.items() if isinstance(r, Fact)}
+            for record in tier.after_removal(store, left, new_entities, new_facts, set(gone), now):
+                puts[(Kind.COMMUNITY, record.id)] = record
         deletes.append((Kind.EPISODE, episode.id))
         store.write(WriteBatch(puts=list(puts.values()), deletes=deletes))
         return result

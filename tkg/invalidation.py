@@ -251,13 +251,15 @@ def history(
         holding = [h for h in holding if _holds_at(h, ends[h.id], start)]
         statement = classes.find(fact.id)
         restated = next((h for h in holding if classes.find(h.id) == statement), None)
-        if restated is not None and not _reaches_past(fact, ends[fact.id], restated, ends[restated.id]):
+        if restated is not None and not _reaches_past(ends[fact.id], ends[restated.id]):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
         kept = []
         for h in holding:
-            if h is restated or ((classes.find(h.id), statement) in conflicts and _ends_at_or_after(ends[h.id], ended)):
+            if h is restated:  # carried on from this fact's start (with no start either: it covers it whole)
+                superseded[h.id] = (_NEVER if start is None else start, fact.id)
+            elif (classes.find(h.id), statement) in conflicts and _ends_at_or_after(ends[h.id], ended):
                 superseded[h.id] = (ended, fact.id)
             else:
                 kept.append(h)
@@ -285,10 +287,10 @@ def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
     return end is None or end >= at
 
 
-def _reaches_past(fact: Fact, end: datetime | None, restated: Fact, restated_end: datetime | None) -> bool:
+def _reaches_past(end: datetime | None, restated_end: datetime | None) -> bool:
     """Does ``fact``, restating ``restated`` (holding at its start), hold on past that one's own end? Then it
-    continues the statement from its start rather than being empty (a known start only)."""
-    return fact.valid_at is not None and restated_end is not None and (end is None or end > restated_end)
+    continues the statement from its start rather than being empty."""
+    return restated_end is not None and (end is None or end > restated_end)
 
 
 def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:

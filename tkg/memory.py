@@ -299,12 +299,12 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
     def retry(self, episode_id: str) -> EpisodeResult:
         """Extract an episode whose extraction failed, now. Raises :class:`NotFoundError` for an unknown id and
         :class:`ValidationError` for an episode that did not fail."""
-        episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
         with self._retry_lock:  # a second retry of it in this process would only pay for an LLM call in vain
             if episode_id in self._retrying:
                 raise ValidationError(f"episode {episode_id} is being retried already")
             self._retrying.add(episode_id)
-        try:
+        try:  # read once marked: a retry that ended meanwhile has stored it extracted
+            episode = self._stored(episode_id, EpisodeStatus.FAILED, "only failed ones retry")
             return self._extract_stored(episode, self._wants_llm(True))
         finally:
             with self._retry_lock:

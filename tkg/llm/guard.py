@@ -126,7 +126,9 @@ class GuardedLLM:
             raise LLMError(f"LLM client raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(answer, response_model):
             raise LLMError(
-                f"LLM client returned {type(answer).__name__}, not {response_model.__name__}", retryable=True
+                f"LLM client returned {type(answer).__name__}, not {response_model.__name__}",
+                retryable=True,
+                requests=made,
             )
         return answer, tokens if tokens is not None else estimate_tokens(prompt, answer), max(1, made)
 

@@ -156,6 +156,7 @@ class OpenAILLM:
                 f"LLM call {prompt.name!r} to {self.endpoint} (model {self.model!r}) returned "
                 f"{type(result).__name__}, not {response_model.__name__}",
                 retryable=True,
+                requests=max(1, made[0]),
             )
         # instructor returns an instance of its own subclass of response_model carrying the raw completion;
         # rebuild a plain instance (already validated) so results compare, pickle and serialise like any other.
