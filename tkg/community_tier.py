@@ -451,10 +451,12 @@ class CommunityTier:
     ) -> tuple[CommunityDigest, str]:
         """The community's name and summary with ``newcomers`` in it, and the fingerprint of the members they
         were written from (:attr:`tkg.models.Community.summarised`)."""
+        if isinstance(old, Community) and self.llm is not None and not self.config.summarize_on_extend:
+            # kept as the LLM wrote it (no read of the members on this path, taken by most episodes with an LLM):
+            # the next refresh writes it again
+            return CommunityDigest(name=old.name, summary=old.summary), UNSUMMARISED
         member_ids = {m.entity_id for m in store.memberships(community_ids=[cid])} | set(newcomers)
         if isinstance(old, Community) and self.llm is not None:
-            if not self.config.summarize_on_extend:  # kept as the LLM wrote it: the next refresh writes it again
-                return CommunityDigest(name=old.name, summary=old.summary), UNSUMMARISED
             members = [self._member(e, pending_entities, store, 0) for e in newcomers]
             updated = update_summary(
                 self.llm, old.summary, old.name, members, chunk_chars=self.config.chunk_chars, usage=usage
