@@ -479,3 +479,28 @@ def test_a_fact_given_only_its_end_has_an_unknown_start() -> None:
     [fact] = result.facts
     assert (fact.valid_at, fact.invalid_at, result.warnings) == (None, YEAR(2020, 1, 1), [])
     assert memory.get_all("g") == [] and [f.id for f in memory.get_all("g", as_of="2019-01-01T00:00:00Z")] == [fact.id]
+
+
+@pytest.mark.parametrize("third", ["Oslo", "Paris"])
+@pytest.mark.parametrize("order", [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+def test_a_fact_with_no_start_ended_when_another_was_stated_still_meets_what_starts_before_then(
+    order: tuple[int, ...], third: str
+) -> None:
+    """ "In Paris until 2020" (stated 2011), then "in Rome until 2020" (stated 2013): Paris ends in 2013, when
+    Rome was stated. The sweep let go of Paris at once, so a home from 2012 never ended it (Oslo: two homes in
+    2012) nor carried it on (Paris again from 2012: one statement in two facts at once)."""
+    memory = Memory(
+        embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z", tick=timedelta(seconds=1)), ontology=ONTOLOGY
+    )
+    said = [
+        (FactInput("Ann", "LIVES_IN", "Paris", invalid_at="2020-01-01T00:00:00Z"), "2011-01-01T00:00:00Z"),
+        (FactInput("Ann", "LIVES_IN", "Rome", invalid_at="2020-01-01T00:00:00Z"), "2013-01-01T00:00:00Z"),
+        (FactInput("Ann", "LIVES_IN", third, valid_at="2012-01-01T00:00:00Z"), "2024-01-01T00:00:00Z"),
+    ]
+    for i in order:
+        memory.add_facts([said[i][0]], group_id="g", reference_time=said[i][1])
+    assert [f.fact for f in memory.get_all("g", as_of="2012-06-01T00:00:00Z")] == [f"Ann lives in {third}"]
+    assert sorted(f.invalid_at for f in memory.get_all("g", include_invalidated=True) if f.valid_at is None) == [
+        YEAR(2012, 1, 1),
+        YEAR(2012, 1, 1),
+    ]

@@ -245,13 +245,14 @@ def history(
     ends = {f.id: own_end(f) for f in facts}
     order = sorted(facts, key=lambda f: _sweep_key(f, stated))
     superseded: dict[str, tuple[datetime, str]] = {}  # fact id -> (the end it is given, the fact that ends it)
+    until = dict(ends)  # the end each fact holds to, as the sweep has decided so far
     holding: list[Fact] = []
     for fact in order:
         start = fact.valid_at
-        holding = [h for h in holding if _holds_at(h, ends[h.id], start)]
+        holding = [h for h in holding if _holds_at(h, until[h.id], start)]
         statement = classes.find(fact.id)
         restated = next((h for h in holding if classes.find(h.id) == statement), None)
-        if restated is not None and not _reaches_past(ends[fact.id], ends[restated.id]):
+        if restated is not None and not _reaches_past(ends[fact.id], until[restated.id]):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
@@ -259,8 +260,11 @@ def history(
         for h in holding:
             if h is restated:  # carried on from this fact's start (with no start either: it covers it whole)
                 superseded[h.id] = (_NEVER if start is None else start, fact.id)
-            elif (classes.find(h.id), statement) in conflicts and _ends_at_or_after(ends[h.id], ended):
+            elif (classes.find(h.id), statement) in conflicts and _ends_at_or_after(until[h.id], ended):
                 superseded[h.id] = (ended, fact.id)
+                if start is None:  # ended when this one was stated: until then a later fact may still end it
+                    until[h.id] = ended  # earlier, or restate it
+                    kept.append(h)
             else:
                 kept.append(h)
         holding = [*kept, fact]
