@@ -193,6 +193,7 @@ def test_key_ring(tmp_path: Path) -> None:
         ('{"k": "a"}', "non-empty list"),
         ('{"k": ["bad group"]}', "group_id"),
         ('{" k ": ["a"]}', "surrounding spaces"),
+        ('{"cl\u00e9-secr\u00e8te": ["a"]}', "ASCII"),  # headers are read as Latin-1: it could never match
     ]:
         path.write_text(text, encoding="utf-8")
         with pytest.raises(ConfigurationError, match=message):
@@ -922,3 +923,25 @@ def test_every_door_reads_relative_dates_on_the_speaker_s_calendar(
     assert cli_main(["ingest", str(source), "--store", str(store), "--group", "g", "--embedder", "hash"]) == 0
     capsys.readouterr()
     assert times(Memory.load(store, embedder=HashEmbedder())) == [(19800, expected)]
+
+
+def test_bodies_python_cannot_read_or_that_are_missing_get_tkgs_words(service: Service) -> None:
+    """Valid JSON nested past Python's limit, or holding an integer of thousands of digits, got Starlette's
+    "There was an error parsing the body"; a missing body got "Field required", naming nothing."""
+    url, headers = "/v1/episodes", {**auth(KEY_DEMO), "Content-Type": "application/json"}
+    before = service.state()
+    for body in ("[" * 1500 + "]" * 1500, '{"content": ' + "9" * 5000 + ', "group_id": "demo"}'):
+        answer = service.client.post(url, content=body, headers=headers)
+        assert answer.status_code == 400 and "not valid JSON tkg can read" in answer.json()["detail"]
+    answer = service.client.post(url, headers=auth(KEY_DEMO))
+    assert answer.status_code == 422 and "request body must be a JSON object" in answer.json()["detail"]
+    assert service.state() == before
+
+
+def test_a_json_episode_with_an_integer_too_long_says_so() -> None:
+    from tkg.wire_requests import check_content
+
+    with pytest.raises(ValidationError, match="integer too long"):
+        check_content({"n": 10**5000})
+    with pytest.raises(ValidationError, match="NaN or Infinity"):
+        check_content({"n": float("nan")})

@@ -51,8 +51,11 @@ class KeyRing:
             raise ConfigurationError("the key ring needs at least one key, as {key: [group, ...]}")
         self._groups: dict[str, frozenset[str]] = {}
         for key, groups in keys.items():
-            if not isinstance(key, str) or not key or key != key.strip() or not key.isprintable():
-                raise ConfigurationError("an API key must be a non-empty printable string without surrounding spaces")
+            if not isinstance(key, str) or not key or key != key.strip() or not key.isprintable() or not key.isascii():
+                # ASCII: HTTP headers carry bytes, read as Latin-1, so a key outside ASCII could never match
+                raise ConfigurationError(
+                    "an API key must be a non-empty printable ASCII string without surrounding spaces"
+                )
             if isinstance(groups, str) or not isinstance(groups, Collection) or not groups:
                 raise ConfigurationError(f"key ...{key[-4:]}: give a non-empty list of groups")
             try:

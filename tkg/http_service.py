@@ -295,7 +295,7 @@ def create_app(
             where = bad_json.get("loc", (None, None))[-1]
             detail = f"the request body is not valid JSON: {reason} (at character {where})"
             return JSONResponse({"error": "malformed_json", "detail": detail}, status_code=400)
-        if any(tuple(e.get("loc", ())) == ("body",) and e.get("type") != "missing" for e in errors):
+        if any(tuple(e.get("loc", ())) == ("body",) for e in errors):  # none, or not an object
             detail = "the request body must be a JSON object, sent with Content-Type: application/json"
             return JSONResponse({"error": "invalid", "detail": detail}, status_code=422)
         return JSONResponse({"error": "invalid", "detail": describe_errors(errors)}, status_code=422)
@@ -309,8 +309,12 @@ def create_app(
             405: "method_not_allowed",
             413: "payload_too_large",
         }
+        detail = str(exc.detail)
+        if exc.status_code == 400 and detail == "There was an error parsing the body":  # Starlette's own words
+            # JSON Python cannot read: nested too deep, or an integer of thousands of digits
+            detail = "the request body is not valid JSON tkg can read (nested too deep, or a number too long)"
         return JSONResponse(
-            {"error": kinds.get(exc.status_code, "http_error"), "detail": str(exc.detail)},
+            {"error": kinds.get(exc.status_code, "http_error"), "detail": detail},
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )

@@ -160,7 +160,9 @@ def check_content(content: object, what: str = "content") -> None:
     else:
         try:
             text = json.dumps(content, ensure_ascii=False, allow_nan=False)
-        except ValueError:
+        except ValueError as exc:  # NaN or Infinity, or an integer of more digits than Python writes out
+            if "digits" in str(exc):
+                raise ValidationError(f"{what} holds an integer too long to write out: {exc}") from None
             raise ValidationError(f"{what} holds NaN or Infinity, which JSON does not have") from None
         except (TypeError, RecursionError):
             raise ValidationError(f"{what} is not a JSON value tkg can store") from None
