@@ -292,6 +292,19 @@ def test_stats(snap: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [line.split()[0] for line in lines[6:]] == ["communities", "mentions", "memberships"]
 
 
+def test_stats_of_a_memory_with_no_snapshot_yet_names_the_embedder_its_journal_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "not recorded until the first snapshot", and the next command refused by that very embedder."""
+    path = tmp_path / "mem.tkg"
+    memory = Memory.open(path, embedder=HashEmbedder(dim=384))
+    memory.add_facts([FactInput("Ann", "LIVES_IN", "Oslo")], group_id="u1")
+    memory.close()
+    assert not path.exists()  # the journal alone
+    code, out, _ = run(capsys, "stats", "--store", str(path), "--embedder", "hash")
+    assert code == 0 and "embedder     hash-384-tri (384-d; --embedder hash)" in out.splitlines()
+
+
 @pytest.mark.parametrize("command", ["search", "context", "stats"])
 def test_missing_snapshot_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
     missing = tmp_path / "missing.tkg"
@@ -597,7 +610,7 @@ def test_read_only_commands_open_a_memory_whose_journal_has_no_snapshot_yet(
     assert not store.exists() and sorted(files) == ["m.tkg.journal.000001", "m.tkg.lock"]  # the lock: released
     code, out, err = run(capsys, "stats", "--store", str(store))
     assert code == 0, err
-    assert "none yet" in out and "48-d vectors" in out and re.search(r"facts\s+1\b", out)
+    assert "none yet" in out and "(48-d; --embedder hash)" in out and re.search(r"facts\s+1\b", out)
     for command, out_name in (("graph", "g.html"), ("timeline", "t.svg")):
         code, out, err = run(capsys, command, "--store", str(store), "Ann", "--out", str(tmp_path / out_name))
         assert code == 0, err

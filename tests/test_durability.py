@@ -19,7 +19,7 @@ from conftest import run_script_to_the_end
 
 from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, RulesLLM, ScriptedLLM
 from tkg import snapshot as snapshot_module
-from tkg.errors import JournalError, SnapshotError
+from tkg.errors import ConfigurationError, JournalError, SnapshotError
 from tkg.journal import JournalPolicy, segment_paths
 from tkg.models import Episode, Fact
 
@@ -711,3 +711,34 @@ def test_a_compaction_still_running_when_the_main_thread_ends_finishes(tmp_path:
     path = tmp_path / "m.tkg"
     run_script_to_the_end(_END_RIGHT_AFTER_A_COMPACTION_STARTS, str(path))
     assert path.exists() and len(segment_paths(path)) == 1  # folded into a snapshot
+
+
+def test_a_memory_whose_journal_is_of_format_1_writes_on_in_a_segment_that_records_its_embedder(
+    tmp_path: Path,
+) -> None:
+    """A journal written before segments recorded their embedder (format 1): tkg appended to it, so the memory
+    never recorded its embedder, and another one of the same size was taken without a word for ever after."""
+    import struct
+
+    import tkg.journal as journal_module
+
+    path = tmp_path / "m.tkg"
+    memory = open_memory(path)
+    write(memory, 0)
+    memory.close()
+    [segment] = segment_paths(path)
+    data = segment.read_bytes()
+    head = len(journal_module.MAGIC) + 2
+    meta_length, _ = struct.unpack_from(">II", data, head)
+    # as format 1 wrote it: its version, and no meta entry
+    segment.write_bytes(journal_module.MAGIC + struct.pack(">H", 1) + data[head + 8 + meta_length :])
+    assert journal_module.recorded_meta(path).get("embedder") is None
+
+    memory = open_memory(path)  # read as before
+    write(memory, 1)
+    memory.close()
+    assert [p.name for p in segment_paths(path)] == ["m.tkg.journal.000001", "m.tkg.journal.000002"]
+    assert journal_module.recorded_meta(path)["embedder"] == EMB.name
+    with pytest.raises(ConfigurationError, match="was embedded with"):  # another embedder, of the same size
+        Memory.open(path, embedder=HashEmbedder(dim=EMB.dim, trigrams=False), config=MemoryConfig(communities=None))
+    assert facts_of(open_memory(path)) == {"P0 likes T0", "P1 likes T1"}

@@ -62,10 +62,10 @@ from tkg.locations import (
     add_store_options,
     check_output,
     check_target,
+    known_meta,
     location_of,
     opened,
     opened_read_only,
-    stored_meta,
 )
 from tkg.memory import Memory
 from tkg.models import Entity, Fact, Kind
@@ -246,8 +246,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     location = _where(args)
     now, ended = datetime.now(UTC), 0
     with opened_read_only(location) as memory:
-        # a journal without a snapshot records no embedder: the stand-in embedder has its vectors' size
-        meta = stored_meta(location) or {"dim": memory.embedder.dim}
+        # a journal without a snapshot records its embedder in its segments (format 2); else the stand-in
+        # embedder has its vectors' size
+        meta = known_meta(location) or {"dim": memory.embedder.dim}
         counts = memory.stats()["records"]
         groups = memory.groups()
         for fact in memory.records(Kind.FACT):
@@ -264,10 +265,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"snapshot     {location.path}: none yet, its journal holds every write ({journal:,} bytes)")
     else:
         print(f"store        {location}")
-    if "embedder" in meta:
-        print(f"embedder     {stored} ({meta.get('dim', '?')}-d; --embedder {embedder_choice(stored)})")
+    dim = meta.get("dim") or "?"
+    if meta.get("embedder"):
+        print(f"embedder     {stored} ({dim}-d; --embedder {embedder_choice(stored)})")
     else:
-        print(f"embedder     not recorded until the first snapshot ({meta.get('dim', '?')}-d vectors)")
+        print(f"embedder     not recorded ({dim}-d vectors; written by an older tkg)")
     print(f"groups       {', '.join(groups) or '-'}")
     for kind in Kind:
         detail = f"  ({counts[kind.value] - ended} current, {ended} ended)" if kind is Kind.FACT else ""

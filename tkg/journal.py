@@ -13,7 +13,8 @@ Segment format (msgpack payloads, like the snapshot)::
     meta entry = the same frame, its payload a map {"meta": {"embedder": name, "dim": size}} (format 2)
 
 The meta entry records which embedder made the segment's vectors, so that a memory that has no snapshot yet
-refuses another embedder as a snapshot does (format 1 segments have none and are read as before).
+refuses another embedder as a snapshot does (format 1 segments have none and are read as before; a memory whose
+newest segment is of format 1 writes on in a new segment, which records its embedder).
 
 Puts are records in row form (:func:`tkg.codec.encode_record`, vectors as float32 bytes). A batch is whole or
 absent: a torn or corrupt entry at the end of the newest segment (a crash mid-append: no whole batch after it) is
@@ -294,7 +295,9 @@ class Journal:
         self.on_grow: Callable[[int], None] | None = None
         self._syncer: threading.Thread | None = None
         self._sync_error: BaseException | None = None
-        self._open_segment(new=not paths)
+        # appends go on in the newest segment, unless there is none or it is of an older format (a format 1
+        # segment records no embedder: what is written from now on must)
+        self._open_segment(new=not paths or _format_of(paths[-1]) < FORMAT_VERSION)
         if policy.sync == "interval":
             self._syncer = threading.Thread(target=self._sync_loop, name="tkg-journal-sync", daemon=True)
             self._syncer.start()
@@ -432,6 +435,16 @@ class Journal:
             except OSError as exc:  # surfaced by the next append
                 self._sync_error = exc
             threading.Event().wait(self.policy.interval)
+
+
+def _format_of(segment: Path) -> int:
+    """The format version in a segment's header; an empty segment (a torn header is cut to nothing) gets the
+    current one when it is opened."""
+    with open(segment, "rb") as f:
+        head = f.read(len(MAGIC) + _HEAD.size)
+    if not head:
+        return FORMAT_VERSION
+    return int(_HEAD.unpack_from(head, len(MAGIC))[0]) if len(head) == len(MAGIC) + _HEAD.size else 0
 
 
 def _write_all(f: IO[bytes], data: bytes) -> None:
