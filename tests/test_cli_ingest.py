@@ -4,6 +4,7 @@ the episodes in flight with everything done saved and a re-run finishing the res
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -225,3 +226,39 @@ def test_a_line_whose_own_id_is_in_use_in_another_group_is_refused(
     code, _, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash", "--group", "g2")
     assert code != 0 and "in.jsonl:1" in err and "in use in group" in err
     assert [(e.id, e.group_id) for e in Memory.load(store, embedder=HashEmbedder()).episodes()] == [("mine", "default")]
+
+
+def test_a_fact_line_tkg_cannot_store_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_llm_env: None
+) -> None:
+    """A subject longer than a name may be, or facts whose episode is over max_episode_chars, were found only
+    when their batch was written: the lines before them were in the memory already, and the README promises
+    that a bad line leaves the memory unchanged."""
+    store = tmp_path / "m.tkg"
+    good = {"subject": "Ann", "relation": "LIVES_IN", "object": "Oslo"}
+    for bad, line in [
+        ({"subject": "A" * 600, "relation": "KNOWS", "object": "Bob"}, "3"),
+        ({**good, "fact": "x" * 100_100}, "3"),
+    ]:
+        source = write_jsonl(tmp_path / "in.jsonl", [{"content": "User: hello"}, good, bad])
+        code, _, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")
+        assert code == 2 and err.startswith(f"tkg: error: {source}:{line}: "), err
+        assert not store.exists() and not list(tmp_path.glob("m.tkg*"))
+
+
+def test_valid_jsonl_with_unicode_line_separators_and_a_byte_order_mark_comes_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_llm_env: None
+) -> None:
+    """A JSON string may hold U+2028, U+2029 or U+0085 unescaped, and the file was cut there as at a line end; a
+    byte order mark first (Excel's "CSV UTF-8") made the header lack "subject"."""
+    store = tmp_path / "m.tkg"
+    text = "Ann: one\u2028two\u2029three\u0085four"
+    source = tmp_path / "in.jsonl"
+    source.write_text("\ufeff" + json.dumps({"content": text}, ensure_ascii=False) + "\n", encoding="utf-8")
+    code, _, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")
+    assert code == 0, err
+    assert [e.content for e in Memory.load(store, embedder=HashEmbedder()).episodes()] == [text]
+    table = tmp_path / "facts.csv"
+    table.write_text("\ufeffsubject,relation,object\nAnn,LIVES_IN,Oslo\n", encoding="utf-8")
+    code, _, err = run(capsys, "ingest", str(table), "--store", str(store), "--embedder", "hash")
+    assert code == 0, err

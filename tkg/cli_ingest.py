@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from tkg.cli_input import FactLines, Item, MessageLine
 from tkg.errors import TkgError, ValidationError
 from tkg.ingest import EpisodeResult
-from tkg.inputs import EpisodeInput, make_episode
+from tkg.inputs import EpisodeInput, make_episode, structured_facts
 from tkg.memory import Memory
-from tkg.models import Episode, EpisodeStatus, Kind
+from tkg.models import Episode, EpisodeSource, EpisodeStatus, Kind
 from tkg.timeutil import iso
 
 __all__ = ["Failure", "IngestReport", "episode_ids", "ingest", "lines_of", "record_counts"]
@@ -182,7 +182,8 @@ def _episode_input(item: MessageLine, episode_id: str, group: str | None) -> Epi
 
 
 def _check_all(memory: Memory, items: Sequence[Item], ids: Sequence[str], name: str, group: str | None) -> None:
-    """Every message as :meth:`tkg.Memory.add_episode` would check it, before anything is written."""
+    """Every message as :meth:`tkg.Memory.add_episode` would check it, and every run of facts as
+    :meth:`tkg.Memory.add_facts` would (each fact, then their episode), before anything is written."""
     now = datetime.now(UTC)
     for item, episode_id in zip(items, ids, strict=True):
         if isinstance(item, MessageLine):
@@ -190,6 +191,21 @@ def _check_all(memory: Memory, items: Sequence[Item], ids: Sequence[str], name: 
                 make_episode(_episode_input(item, episode_id, group), memory.config, now)
             except TkgError as exc:
                 raise ValidationError(f"{_where(name, item)}: {exc}") from None
+            continue
+        one_a_line = item.last - item.first + 1 == len(item.facts)
+        for n, fact in enumerate(item.facts):
+            try:
+                structured_facts([fact], now)
+            except TkgError as exc:
+                where = f"{name}:{item.first + n}" if one_a_line else _where(name, item)
+                raise ValidationError(f"{where}: {exc}") from None
+        try:
+            document, _ = structured_facts(item.facts, now)
+            make_episode(
+                EpisodeInput(document, group, EpisodeSource.JSON, now, episode_id=episode_id), memory.config, now
+            )
+        except TkgError as exc:
+            raise ValidationError(f"{_where(name, item)}: {exc}") from None
 
 
 def _run_step(

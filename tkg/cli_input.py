@@ -82,7 +82,7 @@ Item = MessageLine | FactLines
 def read_input(path: Path) -> str:
     """The text of an input file, with errors a user can act on."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte order mark first (Excel's "CSV UTF-8") is dropped
     except FileNotFoundError:
         raise ValidationError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -101,7 +101,8 @@ def parse_jsonl(name: str, text: str, kind: str = "auto", max_chars: int | None 
     """
     max_chars = MemoryConfig().max_episode_chars if max_chars is None else max_chars
     items: list[Item] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # lines end at "\n" alone: splitlines() also splits at U+2028, U+0085 and the like, which JSON strings may hold
+    for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:
