@@ -192,18 +192,21 @@ def _check_all(memory: Memory, items: Sequence[Item], ids: Sequence[str], name: 
             except TkgError as exc:
                 raise ValidationError(f"{_where(name, item)}: {exc}") from None
             continue
-        one_a_line = item.last - item.first + 1 == len(item.facts)
-        for n, fact in enumerate(item.facts):
-            try:
-                structured_facts([fact], now)
-            except TkgError as exc:
-                where = f"{name}:{item.first + n}" if one_a_line else _where(name, item)
-                raise ValidationError(f"{where}: {exc}") from None
         try:
             document, _ = structured_facts(item.facts, now)
-            make_episode(
-                EpisodeInput(document, group, EpisodeSource.JSON, now, episode_id=episode_id), memory.config, now
-            )
+        except TkgError as exc:  # a fact tkg cannot store: named by its own line when it has one
+            one_a_line = item.last - item.first + 1 == len(item.facts)
+            where = _where(name, item)
+            for n, fact in enumerate(item.facts):
+                try:
+                    structured_facts([fact], now)
+                except TkgError:
+                    where = f"{name}:{item.first + n}" if one_a_line else where
+                    break
+            raise ValidationError(f"{where}: {exc}") from None
+        try:
+            episode = EpisodeInput(document, group, EpisodeSource.JSON, now, episode_id=episode_id)
+            make_episode(episode, memory.config, now)
         except TkgError as exc:
             raise ValidationError(f"{_where(name, item)}: {exc}") from None
 
