@@ -638,3 +638,19 @@ def test_user_text_printed_to_a_terminal_shows_its_control_characters_as_escapes
         assert main(["search", "Evil", "--store", str(store), "--embedder", "hash"]) == 0
         assert shown in stream.getvalue()
         assert ("\x1b" in stream.getvalue()) is (not isinstance(stream, Terminal))
+
+
+def test_the_commands_tkg_suggests_can_be_pasted_whatever_the_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path with a space was printed bare: pasting the suggested command gave "unrecognized arguments"."""
+    import shlex
+
+    path = tmp_path / "my demo.tkg"
+    code, out, err = run(capsys, "demo", "--store", str(path), "--embedder", "hash")
+    assert code == 0, err
+    suggested = out.rstrip("\n").rsplit("try: ", 1)[1]
+    words = shlex.split(suggested)
+    assert words[:3] == ["tkg", "search", "Alice"] and words[words.index("--store") + 1] == str(path)
+    code, _, err = run(capsys, *words[1:])
+    assert code == 0, err

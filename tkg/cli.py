@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -143,7 +144,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if report.messages and llm is None:
         note("no LLM configured: messages were stored as episodes; set TKG_LLM_BASE_URL to extract facts")
     print(f"saved {where}: {count_line(totals)} in total")
-    command = f"tkg ingest {path} --store {args.store if location.path is not None else 'DSN'}"
+    command = (
+        f"tkg ingest {shlex.quote(str(path))} --store {shlex.quote(args.store) if location.path is not None else 'DSN'}"
+    )
     if report.stopped:
         note(
             f"stopped: {report.done:,} of {plural(report.total, 'line')} done and saved; run `{command} ...` "
@@ -364,9 +367,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         memory = Memory(embedder=embedder, llm=llm)
         show_demo(memory, llm)
         size = memory.save(location.path)
+        store = shlex.quote(str(location.path))  # a command to paste: a path with spaces quoted
         print(
-            f"\nsaved {location.path} ({size:,} bytes); try: tkg search Alice --store {location.path}{flag} "
-            f"--as-of {DEMO_PAST}"
+            f"\nsaved {location.path} ({size:,} bytes); try: tkg search Alice --store {store}{flag} --as-of {DEMO_PAST}"
         )
     else:
         with opened(location, embedder, llm, create=True) as memory:
