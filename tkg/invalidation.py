@@ -25,7 +25,8 @@ facts in any order, or removing one, gives what adding the others alone would ha
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
    stored already superseded, and it shortens the facts it falls inside, exactly as if it had arrived in order.
    A fact that starts "since forever" and is superseded by another such fact ends when that one was stated, or
-   at its own end if that comes first (then it is not superseded: it simply ends).
+   at its own end if that comes first (then it is not superseded: it simply ends); until then, a fact that starts
+   before may still end it earlier or carry it on.
 4. **Transaction time.** ``expired_at`` is set when the memory learns that a fact is superseded, kept while that
    stays so, and cleared if the supersession is undone (its cause removed). A fact superseded again differently
    keeps the supersession it replaces as a revision (:mod:`tkg.revisions`), so views of past transaction times
@@ -292,14 +293,15 @@ def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
 
 
 def _reaches_past(end: datetime | None, restated_end: datetime | None) -> bool:
-    """Does ``fact``, restating ``restated`` (holding at its start), hold on past that one's own end? Then it
-    continues the statement from its start rather than being empty."""
+    """Does a fact ending at ``end``, restating one that holds at its start until ``restated_end``, hold on past
+    it? Then it carries the statement on from its start rather than being empty."""
     return restated_end is not None and (end is None or end > restated_end)
 
 
 def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:
-    """Does ``fact``, not superseded and ending at ``end`` (its own end), still hold at ``start`` (``None``: since
-    forever)? A fact that starts at the same instant counts, even an empty one (as in :func:`overlaps`)."""
+    """Does ``fact``, holding until ``end`` (its own end, or the one the sweep gave it), still hold at ``start``
+    (``None``: since forever)? A fact that starts at the same instant counts, even an empty one (as in
+    :func:`overlaps`)."""
     return end is None or start is None or end > start or fact.valid_at == start
 
 
