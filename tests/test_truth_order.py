@@ -436,7 +436,12 @@ def test_a_statement_said_over_several_intervals_holds_over_their_union_once(sai
     for start, years, known in arrivals:
         end = None if years is None else YEAR(start + years, 1, 1)
         since = YEAR(start, 1, 1) if known else None
-        memory.add_facts([FactInput("Ann", "KNOWS", "Bob", valid_at=since, invalid_at=end)], group_id="g")
+        # all stated at one time: which one is the newer word is not the point here (see the test below)
+        memory.add_facts(
+            [FactInput("Ann", "KNOWS", "Bob", valid_at=since, invalid_at=end)],
+            group_id="g",
+            reference_time="2025-01-01T00:00:00Z",
+        )
     for year in range(2000, 2027):
         at = YEAR(year, 7, 1)
         covered = any(
@@ -504,3 +509,24 @@ def test_a_fact_with_no_start_ended_when_another_was_stated_still_meets_what_sta
         YEAR(2012, 1, 1),
         YEAR(2012, 1, 1),
     ]
+
+
+@pytest.mark.parametrize("end_said_later", [True, False])
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_an_end_said_later_of_a_statement_with_no_start_ends_it(order: tuple[int, ...], end_said_later: bool) -> None:
+    """ "Ann works at Acme" since 2020 (said then), then "Ann works at Acme" until May 2024 with no start (said in
+    June 2024): the statement ended in May. The restatement rule carried the open fact on past that end, as if
+    the later word had not been said; said before it, the open fact does carry the statement on."""
+    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z", tick=timedelta(seconds=1)))
+    said = [
+        (FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z"), "2020-01-01T00:00:00Z"),
+        (
+            FactInput("Ann", "WORKS_AT", "Acme", invalid_at="2024-05-01T00:00:00Z"),
+            "2024-06-01T00:00:00Z" if end_said_later else "2019-06-01T00:00:00Z",
+        ),
+    ]
+    for i in order:
+        memory.add_facts([said[i][0]], group_id="g", reference_time=said[i][1])
+    now = [f.fact for f in memory.get_all("g")]
+    assert now == ([] if end_said_later else ["Ann works at Acme"])
+    assert [f.fact for f in memory.get_all("g", as_of="2022-01-01T00:00:00Z")] == ["Ann works at Acme"]

@@ -19,7 +19,9 @@ facts in any order, or removing one, gives what adding the others alone would ha
    the time they were stated (the newer information second), then by sentence, then the longer own end first.
    A fact whose statement already holds when it starts restates it: it is kept with an empty interval,
    superseded by the fact it restates -- unless it holds on past that one's own end: then it continues the
-   statement, and the fact it restates ends at its start, so the statement holds over both intervals, once.
+   statement, and the fact it restates ends at its start, so the statement holds over both intervals, once
+   (but a fact with no start and an end, stated after it, is the newer word on when the statement ended: "works
+   at Acme since 2020", then "worked at Acme until May", holds until May).
    Otherwise it starts to hold, and every holding fact it contradicts ends at
    its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
@@ -253,7 +255,7 @@ def history(
         holding = [h for h in holding if _holds_at(h, until[h.id], start)]
         statement = classes.find(fact.id)
         restated = next((h for h in holding if classes.find(h.id) == statement), None)
-        if restated is not None and not _reaches_past(ends[fact.id], until[restated.id]):
+        if restated is not None and not _carries_on(fact, ends[fact.id], restated, until[restated.id], stated):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
@@ -292,10 +294,17 @@ def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
     return end is None or end >= at
 
 
-def _reaches_past(end: datetime | None, restated_end: datetime | None) -> bool:
-    """Does a fact ending at ``end``, restating one that holds at its start until ``restated_end``, hold on past
-    it? Then it carries the statement on from its start rather than being empty."""
-    return restated_end is not None and (end is None or end > restated_end)
+def _carries_on(
+    fact: Fact, end: datetime | None, restated: Fact, restated_end: datetime | None, stated: Mapping[str, datetime]
+) -> bool:
+    """Does ``fact`` (ending at ``end``), restating ``restated`` (holding at its start until ``restated_end``),
+    carry the statement on past that end, rather than being empty? When it holds on past it -- unless
+    ``restated`` has no start and was stated after it: then its end is the newer word on when the statement
+    ended ("works at Acme since 2020", then "worked at Acme until May")."""
+    if restated_end is None or (end is not None and end <= restated_end):
+        return False
+    newer_end = restated.valid_at is None and fact.valid_at is not None
+    return not (newer_end and stated.get(restated.id, _BEFORE_ALL) > stated.get(fact.id, _BEFORE_ALL))
 
 
 def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:
