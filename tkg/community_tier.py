@@ -463,11 +463,9 @@ class CommunityTier:
             )
             return updated, members_fingerprint(member_ids)
         # A new community, or no LLM: (re)build from all members, ranked by their weight inside the community.
-        # Without the LLM's words (summarize_on_extend off) where there is an LLM: the next refresh asks for them.
         members = self._ranked(store, member_ids, pending_entities, pending_facts, scope, frozenset())
-        digest = self._digest(members, usage, use_llm=self.config.summarize_on_extend)
-        llm_wanted = self.llm is not None and not self.config.summarize_on_extend
-        return digest, UNSUMMARISED if llm_wanted else members_fingerprint(member_ids)
+        use_llm = self.config.summarize_on_extend
+        return self._digest(members, usage, use_llm=use_llm), self._written_from(member_ids, use_llm)
 
     def _ranked(
         self,
@@ -514,10 +512,15 @@ class CommunityTier:
             members = self._ranked(store, remaining[old.id], entities, facts, scope, gone)
             digest = self._digest(members, LLMUsage(), use_llm=False)
             if (digest.name, digest.summary) != (old.name, old.summary):
-                # where there is an LLM, the next refresh asks it for a summary of the members left
-                written_from = members_fingerprint(remaining[old.id]) if self.llm is None else UNSUMMARISED
+                written_from = self._written_from(remaining[old.id], use_llm=False)
                 changed.append((old.id, old.group_id, digest, old.created_at, written_from))
         return self._community_records(changed)
+
+    def _written_from(self, member_ids: Iterable[str], use_llm: bool) -> str:
+        """:attr:`tkg.models.Community.summarised` of a digest of these members made with the LLM (``use_llm``,
+        when there is one) or without: tkg's stand-in where there is an LLM waits for its words at the next
+        refresh."""
+        return members_fingerprint(member_ids) if use_llm or self.llm is None else UNSUMMARISED
 
     @staticmethod
     def _member(entity_id: str, pending: Mapping[str, Entity], store: Store, weight: int) -> Member:

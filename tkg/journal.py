@@ -294,7 +294,7 @@ class Journal:
         #: Called with the journal's size after each append (the owner starts a compaction past a threshold).
         self.on_grow: Callable[[int], None] | None = None
         self._syncer: threading.Thread | None = None
-        self._sync_error: BaseException | None = None
+        self._broken: str | None = None  # why no append may follow (a failed sync, a partial entry left)
         # appends go on in the newest segment, unless there is none or it is of an older format (a format 1
         # segment records no embedder: what is written from now on must)
         self._open_segment(new=not paths or _format_of(paths[-1]) < FORMAT_VERSION)
@@ -341,8 +341,8 @@ class Journal:
         with self._lock:
             if self._closed or self._file is None:
                 raise JournalError("the journal is closed; reopen the memory to write to it")
-            if self._sync_error is not None:
-                raise JournalError(f"the journal could not be synced to disk: {self._sync_error}")
+            if self._broken is not None:
+                raise JournalError(self._broken)
             seq = self._next_seq
             entry = encode_batch(seq, batch)
             if len(entry) >= _MAX_ENTRY:
@@ -359,7 +359,7 @@ class Journal:
                 try:  # leave no partial entry behind for the next append to follow
                     os.ftruncate(f.fileno(), start)
                 except OSError as cut:  # a partial entry stays at the end: no append may follow it
-                    self._sync_error = cut
+                    self._broken = f"a failed append to the journal {f.name} could not be cut off: {cut}"
                 raise JournalError(f"cannot append to the journal {f.name}: {exc}") from None
             self._next_seq = seq + 1
             self._bytes += len(entry)
@@ -433,7 +433,7 @@ class Journal:
                     if self._file is not None:
                         os.fsync(self._file.fileno())
             except OSError as exc:  # surfaced by the next append
-                self._sync_error = exc
+                self._broken = f"the journal could not be synced to disk: {exc}"
             threading.Event().wait(self.policy.interval)
 
 
