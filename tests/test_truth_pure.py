@@ -117,6 +117,19 @@ def test_a_tie_in_world_time_goes_to_the_newer_statement() -> None:
     assert swapped["b"].invalidated_by == "a" and swapped["a"].expired_at is None
 
 
+@pytest.mark.parametrize("berlin_learnt_later", [True, False])
+def test_a_tie_in_world_and_statement_time_goes_to_the_fact_learnt_later(berlin_learnt_later: bool) -> None:
+    """Two homes from one start, stated at one time (messages of one session, stamped with its date): the fact the
+    memory learnt later is the newer word. The sentence decided, so "lives in Paris" always beat "lives in Berlin"."""
+    paris = dataclasses.replace(fact("a", "alice", "LIVES_IN", "paris", day(2020)), created_at=day(2024, 1, 1))
+    berlin = dataclasses.replace(fact("b", "alice", "LIVES_IN", "berlin", day(2020)), created_at=day(2024, 1, 2))
+    if not berlin_learnt_later:
+        paris, berlin = dataclasses.replace(paris, created_at=day(2024, 1, 3)), berlin
+    out = settled(paris, berlin)
+    newer, older = ("b", "a") if berlin_learnt_later else ("a", "b")
+    assert out[newer].invalidated_by is None and out[older].invalidated_by == newer
+
+
 def test_an_older_fact_with_its_own_end_keeps_it_for_restoring() -> None:
     old = fact("a", "alice", "WORKS_AT", "acme", day(2010), day(2030))
     new = fact("b", "alice", "WORKS_AT", "initech", day(2020))

@@ -4,9 +4,10 @@ Pure functions over :class:`tkg.models.Fact` values; nothing here reads a store 
 
 A fact keeps what was said about it: its own interval ``[valid_at, own end)`` (:func:`own_end`: the end the episode
 gave it, kept in ``prior_invalid_at`` while the fact is superseded), the time it was stated (its episodes'
-reference time), and the LLM's verdicts on the older facts it was compared with (``Fact.verdicts``). The history
-of a set of facts is a function of those alone (:func:`history`), never of the order they arrived in, so adding
-facts in any order, or removing one, gives what adding the others alone would have given. The rules:
+reference time), when the memory learnt it (``created_at``: it orders only facts stated at one time), and the
+LLM's verdicts on the older facts it was compared with (``Fact.verdicts``). The history of a set of facts is a
+function of those alone (:func:`history`), never of the order they arrived in otherwise, so adding facts in any
+order, or removing one, gives what adding the others alone would have given. The rules:
 
 1. **Same statement.** Two facts state the same thing when they have the same subject, relation and object and
    the same sentence (case, spacing and final punctuation aside), or the same subject, object and single-valued
@@ -16,12 +17,13 @@ facts in any order, or removing one, gives what adding the others alone would ha
    object) or the LLM judged one to contradict the other. Verdicts carry over within a statement: a fact restating
    another contradicts what that one contradicts.
 3. **The sweep.** The facts are taken in world-time order: by start (an unknown start is "since forever"), then by
-   the time they were stated (the newer information second), then by sentence, then the longer own end first.
+   the time they were stated (the newer information second; at one time, the fact the memory learnt later),
+   then by sentence, then the longer own end first.
    A fact whose statement already holds when it starts restates it: it is kept with an empty interval,
    superseded by the fact it restates -- unless it holds on past that one's own end: then it continues the
-   statement, and the fact it restates ends at its start, so the statement holds over both intervals, once
-   (but a fact with no start and an end, stated after it, is the newer word on when the statement ended: "works
-   at Acme since 2020", then "worked at Acme until May", holds until May).
+   statement, and the fact it restates ends at its start, so the statement holds over both intervals, once.
+   But of the two, a fact with an end of its own stated after the other is the newer word on when the statement
+   ended: "works at Acme since 2020", then "worked at Acme until May" (or "from 2020 to May"), holds until May.
    Otherwise it starts to hold, and every holding fact it contradicts ends at
    its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
@@ -255,7 +257,7 @@ def history(
         holding = [h for h in holding if _holds_at(h, until[h.id], start)]
         statement = classes.find(fact.id)
         restated = next((h for h in holding if classes.find(h.id) == statement), None)
-        if restated is not None and not _carries_on(fact, ends[fact.id], restated, until[restated.id], stated):
+        if restated is not None and not _carries_on(fact, ends, restated, until[restated.id], stated):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
@@ -276,13 +278,16 @@ def history(
 
 
 def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
-    """World-time order: start (unknown first), time stated, sentence, relation, and the longer own end first
-    (a fact that holds longer is not restated by one that ends at once); the id only between true twins."""
+    """World-time order: start (unknown first), time stated, time learnt (of facts stated at one time, as the
+    messages of a session stamped with its date, the later one is the newer word), sentence, relation, and the
+    longer own end first (a fact that holds longer is not restated by one that ends at once); the id only between
+    true twins."""
     end = own_end(fact)
     longest = (0, 0.0) if end is None else (1, -(end - _BEFORE_ALL).total_seconds())
     return (
         fact.valid_at or _BEFORE_ALL,
         stated.get(fact.id, _BEFORE_ALL),
+        fact.created_at,
         text_key(fact.fact),
         fact.relation,
         longest,
@@ -295,16 +300,23 @@ def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
 
 
 def _carries_on(
-    fact: Fact, end: datetime | None, restated: Fact, restated_end: datetime | None, stated: Mapping[str, datetime]
+    fact: Fact,
+    ends: Mapping[str, datetime | None],
+    restated: Fact,
+    restated_end: datetime | None,
+    stated: Mapping[str, datetime],
 ) -> bool:
-    """Does ``fact`` (ending at ``end``), restating ``restated`` (holding at its start until ``restated_end``),
-    carry the statement on past that end, rather than being empty? When it holds on past it -- unless
-    ``restated`` has no start and was stated after it: then its end is the newer word on when the statement
-    ended ("works at Acme since 2020", then "worked at Acme until May")."""
+    """Does ``fact``, restating ``restated`` (holding at its start until ``restated_end``), carry the statement on
+    from its start, rather than being empty? When it holds on past that end; and when it ends sooner but is the
+    newer word on when the statement ended: stated after ``restated``, with an end of its own ("works at Acme"
+    since 2020, then "worked at Acme from 2020 to 2024"). Conversely, ``restated`` with an end of its own and
+    stated after ``fact`` is the newer word, and ``fact`` does not carry it on ("works at Acme since 2020", then
+    "worked at Acme until May")."""
+    end = ends[fact.id]
+    fact_said, restated_said = stated.get(fact.id, _BEFORE_ALL), stated.get(restated.id, _BEFORE_ALL)
     if restated_end is None or (end is not None and end <= restated_end):
-        return False
-    newer_end = restated.valid_at is None and fact.valid_at is not None
-    return not (newer_end and stated.get(restated.id, _BEFORE_ALL) > stated.get(fact.id, _BEFORE_ALL))
+        return end is not None and end != restated_end and fact_said > restated_said
+    return not (ends[restated.id] is not None and restated_said > fact_said)
 
 
 def _holds_at(fact: Fact, end: datetime | None, start: datetime | None) -> bool:
