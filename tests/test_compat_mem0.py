@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tkg import FixedClock, HashEmbedder, Ontology, RelationType
+from tkg import FixedClock, HashEmbedder, Kind, Ontology, RelationType
 from tkg import Memory as TkgMemory
 from tkg.compat.mem0 import Memory, MemoryNotFoundError
 from tkg.compat.mem0_filters import matches, scope_group, scope_of
@@ -278,7 +278,7 @@ def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
     clock = FixedClock("2024-05-01T00:00:00Z")
     m = offline(clock)
     memory_id = m.add("I love India.", user_id="u")["results"][0]["id"]
-    assert m.get(memory_id)["updated_at"] is None
+    assert m.get(memory_id)["updated_at"] == m.get(memory_id)["created_at"]  # as Mem0: updated when created
     clock.set("2024-05-02T00:00:00Z")
     assert m.update(memory_id=memory_id, data="I love India, it is my favorite country.")["id"] == memory_id
     assert m.get(memory_id)["memory"] == "I love India, it is my favorite country."
@@ -298,7 +298,9 @@ def test_updating_a_kept_message_keeps_its_id_and_old_text() -> None:
 
     # the memory as it read at each time: not yet kept, then each version in turn
     assert known("2024-04-30T00:00:00Z") == []
-    assert known("2024-05-01T12:00:00Z") == [("I love India.", "2024-05-01T00:00:00+00:00", None)]
+    assert known("2024-05-01T12:00:00Z") == [
+        ("I love India.", "2024-05-01T00:00:00+00:00", "2024-05-01T00:00:00+00:00")
+    ]
     assert known("2024-05-02T12:00:00Z") == [
         ("I love India, it is my favorite country.", "2024-05-01T00:00:00+00:00", "2024-05-02T00:00:00+00:00")
     ]
@@ -433,7 +435,9 @@ def test_threshold_uses_cosine_similarity() -> None:
     m.add("the quick brown fox", user_id="u")
     m.add("completely unrelated words here", user_id="u")
     assert texts(m.search("quick brown fox", filters={"user_id": "u"}, threshold=0.5)) == ["the quick brown fox"]
-    assert m.search("quick brown fox", filters={"user_id": "u"}, threshold=0.8) == {"results": []}  # cosine 0.78
+    # the memory's text, not the "User: the quick brown fox" its episode embeds (0.78: refused at 0.8)
+    assert texts(m.search("quick brown fox", filters={"user_id": "u"}, threshold=0.88)) == ["the quick brown fox"]
+    assert m.search("quick brown fox", filters={"user_id": "u"}, threshold=0.89) == {"results": []}  # cosine 0.885
 
 
 # -- scopes as groups, and the property --------------------------------------------------------------------
@@ -577,3 +581,66 @@ def test_a_metadata_update_of_a_fact_not_started_yet_sets_updated_at() -> None:
     item = m.get(fid)
     assert item is not None and item["metadata"] == {"checked": True}
     assert (item["created_at"], item["updated_at"]) == ("2024-05-01T00:00:00+00:00", "2024-06-01T00:00:00+00:00")
+
+
+def test_extracted_memories_keep_their_message_s_role_and_actor() -> None:
+    """Mem0 keeps the actor and role of the message a memory came from: filters on them found only kept
+    messages, history said actor_id None, and an update lost them."""
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    added = m.add([{"role": "user", "name": "Ann", "content": "I LIVES_IN Paris since 2019."}], user_id="ann")
+    [item] = added["results"]
+    assert (item["role"], item["actor_id"]) == ("user", "Ann")
+    for condition in ({"actor_id": "Ann"}, {"role": "user"}):
+        assert texts(m.get_all(filters={"user_id": "ann", **condition})) == ["Ann lives in Paris"]
+        assert texts(m.search("Paris", filters={"user_id": "ann", **condition})) == ["Ann lives in Paris"]
+    assert m.get_all(filters={"user_id": "ann", "actor_id": "Bob"}) == {"results": []}
+    clock.set("2024-06-01T00:00:00Z")
+    new_id = m.update(item["id"], "Ann lives in Paris, near the Louvre")["id"]
+    assert (m.get(new_id)["role"], m.get(new_id)["actor_id"]) == ("user", "Ann")
+    rows = m.history(new_id)
+    assert [(r["event"], r["role"], r["actor_id"]) for r in rows] == [
+        ("ADD", "user", "Ann"),
+        ("UPDATE", "user", "Ann"),
+    ]
+    assert all(r["updated_at"] == r["created_at"] for r in rows)  # each row: when that change was made
+    kept = m.add({"role": "assistant", "name": "Robo", "content": "Noted."}, user_id="ann", infer=False)
+    assert [(r["event"], r["role"], r["actor_id"]) for r in m.history(kept["results"][0]["id"])] == [
+        ("ADD", "assistant", "Robo")
+    ]
+
+
+def test_updating_a_kept_message_keeps_its_kind_and_the_speaker_s_offset() -> None:
+    """An update rebuilt the episode from its UTC time as a message: the speaker's +05:45 became +00:00 (and
+    "yesterday" another day), a JSON document became a message."""
+    m = offline()
+    said = m.add("I moved here yesterday", user_id="u", timestamp="2024-05-01T01:00:00+05:45", infer=False)
+    memory_id = said["results"][0]["id"]
+    assert said["results"][0]["valid_at"] == "2024-05-01T01:00:00+05:45"
+    m.update(memory_id, metadata={"k": 1})
+    episode = m.tkg.get(Kind.EPISODE, memory_id)
+    assert episode.local_reference.isoformat() == "2024-05-01T01:00:00+05:45"
+    assert m.get(memory_id)["valid_at"] == "2024-05-01T01:00:00+05:45"
+    group = scope_group({"user_id": "u"})
+    m.tkg.add_episode(
+        '{"b": 1}', source="json", group_id=group, episode_id="doc", reference_time="2024-05-01T10:00:00-03:00"
+    )
+    m.update("doc", metadata={"k": 2})
+    doc = m.tkg.get(Kind.EPISODE, "doc")
+    assert (doc.source.value, doc.content, doc.reference_offset) == ("json", '{"b": 1}', -3 * 3600)
+
+
+@pytest.mark.parametrize("key", ["OR", "NOT", "AND"])
+def test_an_empty_list_of_filters_is_refused(key: str) -> None:
+    """As in Mem0: {"OR": []} matched nothing and {"NOT": []} everything, without a word."""
+    m = offline()
+    m.add("hello", user_id="u")
+    with pytest.raises(ValidationError, match="at least one"):
+        m.get_all(filters={"user_id": "u", key: []})
+
+
+def test_a_memory_not_found_is_named_as_mem0_names_it() -> None:
+    m = offline()
+    for call in (lambda: m.delete("non-existent-id"), lambda: m.update("non-existent-id", "x")):
+        with pytest.raises(ValueError, match="Memory with id non-existent-id not found"):
+            call()

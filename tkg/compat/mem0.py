@@ -44,7 +44,7 @@ from tkg.errors import ConfigurationError, NotFoundError, ValidationError
 from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
 from tkg.memory import Memory as TkgMemory
-from tkg.models import Entity, Episode, Fact, Kind
+from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
 from tkg.timeutil import iso_offset, to_aware, to_utc
 
 __all__ = ["Memory", "MemoryNotFoundError"]
@@ -57,6 +57,7 @@ SOURCE = "mem0"
 RESERVED = "tkg."
 _REPLACES = "tkg.replaces"
 _PREVIOUS = "tkg.previous"
+_SAID_BY = "tkg.said_by"  # an updated fact's (role, actor_id): those of the message the first version came from
 #: Mem0 configuration keys that have no meaning here (tkg has its own storage and ranking).
 _IGNORED_CONFIG = ("vector_store", "graph_store", "history_db_path", "reranker", "version", "custom_instructions")
 
@@ -184,7 +185,7 @@ class Memory:
             ],
             group_id=fact.group_id,
             source_description=SOURCE,
-            metadata={**self._metadata_of(fact), **changes, _REPLACES: fact.id},
+            metadata={**self._metadata_of(fact), **changes, _REPLACES: fact.id, _SAID_BY: list(self._said_by(fact))},
         )
         new_id = added.facts[0].id if added.facts else fact.id
         if new_id != fact.id:
@@ -198,7 +199,8 @@ class Memory:
         item = EpisodeInput(
             f"{speaker}: {text if text is not None else old_text}" if speaker else (text or old_text),
             episode.group_id,
-            reference_time=episode.reference_time,
+            source=episode.source,
+            reference_time=episode.local_reference,  # the speaker's offset kept
             source_description=episode.source_description,
             name=episode.name,
             episode_id=episode.id,
@@ -361,22 +363,24 @@ class Memory:
             for version in versions:
                 current = text if version is None else version["memory"]
                 when = record.created_at if version is None else datetime.fromisoformat(version["created_at"])
-                events.append(_event(record.id, "UPDATE" if previous else "ADD", previous, current, when, record))
+                event = "UPDATE" if previous else "ADD"
+                events.append(_event(record.id, event, previous, current, when, record, _role_and_actor(record)))
                 previous = current
         else:
             chain = self._versions(record)
             episodes = self._episodes_of(chain)
+            said_by = self._said_by(chain[0], episodes)
             for n, fact in enumerate(chain):
                 old = chain[n - 1].fact if n else None
-                events.append(_event(fact.id, "UPDATE" if n else "ADD", old, fact.fact, fact.created_at, fact))
+                events.append(_event(fact.id, "UPDATE" if n else "ADD", old, fact.fact, fact.created_at, fact, said_by))
                 for update in _restating_updates(fact, episodes):  # its metadata changed, its text kept
-                    events.append(_event(fact.id, "UPDATE", fact.fact, fact.fact, update.created_at, fact))
+                    events.append(_event(fact.id, "UPDATE", fact.fact, fact.fact, update.created_at, fact, said_by))
             last = chain[-1]
             for entry in last.attributes.get(ENDED_BY_HAND, ()):
                 when = datetime.fromisoformat(entry["recorded_at"])
-                events.append(_event(last.id, "DELETE", last.fact, None, when, last))
+                events.append(_event(last.id, "DELETE", last.fact, None, when, last, said_by))
             if last.expired_at is not None:
-                ended = _event(last.id, "DELETE", last.fact, None, last.expired_at, last)
+                ended = _event(last.id, "DELETE", last.fact, None, last.expired_at, last, said_by)
                 events.append({**ended, "invalidated_by": last.invalidated_by})
         events.sort(key=lambda e: e["created_at"])
         return [{**e, "id": f"{memory_id}.{n}"} for n, e in enumerate(events)]
@@ -390,7 +394,7 @@ class Memory:
         fact, episode = (self._memory.get_many(kind, [memory_id])[0] for kind in (Kind.FACT, Kind.EPISODE))
         record = fact or episode
         if not isinstance(record, Fact | Episode) or scope_of(record.group_id) is None:
-            raise MemoryNotFoundError(f"memory with id {memory_id} not found")
+            raise MemoryNotFoundError(f"Memory with id {memory_id} not found")
         return record
 
     @staticmethod
@@ -420,12 +424,13 @@ class Memory:
         return meta if reserved else {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
 
     def _facts_metadata(
-        self, facts: Sequence[Fact], known_at: datetime | None = None
+        self, facts: Sequence[Fact], known_at: datetime | None = None, episodes: Mapping[str, Episode] | None = None
     ) -> list[tuple[dict[str, Any], datetime | None]]:
         """Each fact's metadata: its first episode's, then, laid over it in order, the caller's metadata of each
         metadata update that restated this same fact (:func:`_restating_updates`); at ``known_at``, those made
-        by then. With it, when the last of those updates was made (None: none)."""
-        episodes = self._episodes_of(facts)
+        by then. With it, when the last of those updates was made (None: none). ``episodes``: the facts'
+        episodes, when read already."""
+        episodes = self._episodes_of(facts) if episodes is None else episodes
         out = []
         for fact in facts:
             first = episodes.get(fact.episodes[0]) if fact.episodes else None
@@ -471,17 +476,35 @@ class Memory:
             chain.append(newer)
         return chain
 
+    def _said_by(self, fact: Fact, episodes: Mapping[str, Episode] | None = None) -> tuple[str | None, str | None]:
+        """(role, actor_id) of the message a fact was extracted from (an updated fact: its first version's), as
+        Mem0 keeps them on the memories of a message; (None, None) for facts given as facts."""
+        episodes = self._episodes_of([fact]) if episodes is None else episodes
+        first = episodes.get(fact.episodes[0]) if fact.episodes else None
+        if first is None:
+            return None, None
+        kept = first.attributes.get("metadata", {}).get(_SAID_BY)
+        if isinstance(kept, list) and len(kept) == 2:
+            return kept[0], kept[1]
+        if first.source is not EpisodeSource.MESSAGE:
+            return None, None
+        return _role_and_actor(first)
+
     def _fact_items(self, facts: Sequence[Fact], known_at: datetime | None = None) -> list[dict[str, Any]]:
         items = []
-        for fact, (meta, restated) in zip(facts, self._facts_metadata(facts, known_at), strict=True):
+        episodes = self._episodes_of(facts)
+        for fact, (meta, restated) in zip(facts, self._facts_metadata(facts, known_at, episodes), strict=True):
+            role, actor = self._said_by(fact, episodes)
             ends = fact.attributes.get(ENDED_BY_HAND, ())
             # updated: the last end given by hand, or the last update that restated the fact (its metadata)
             times = [t for t in (ends[-1]["recorded_at"] if ends else None, restated and restated.isoformat()) if t]
             items.append(
                 {
                     **_item(fact.id, fact.fact, fact.group_id, fact.created_at, meta),
-                    "updated_at": max(times, key=datetime.fromisoformat) if times else None,
+                    "updated_at": max(times, key=datetime.fromisoformat) if times else fact.created_at.isoformat(),
                     "kind": "fact",
+                    "role": role,
+                    "actor_id": actor,
                     "valid_at": iso_offset(fact.valid_at),
                     "invalid_at": iso_offset(fact.invalid_at),
                     "expired_at": iso_offset(fact.expired_at),
@@ -496,7 +519,8 @@ class Memory:
     def _episode_item(self, episode: Episode, known_at: datetime | None = None) -> dict[str, Any] | None:
         """The kept message as Mem0's item; as it read at ``known_at`` when given (an updated message: the version
         of then), None if it was not kept yet then."""
-        role, speaker, text = _parts(episode)
+        role, actor = _role_and_actor(episode)
+        text = _parts(episode)[2]
         # an updated message keeps its id, so it is Mem0's one memory: created first, updated at each new version
         versions = [*(self._metadata_of(episode, reserved=True).get(_PREVIOUS) or []), None]  # None: the current
         if known_at is not None and known_at < episode.created_at:
@@ -517,8 +541,8 @@ class Memory:
             **item,
             "kind": "message",
             "role": role,
-            "actor_id": speaker if speaker != role.title() else None,
-            "valid_at": iso_offset(episode.reference_time),
+            "actor_id": actor,
+            "valid_at": iso_offset(episode.local_reference),
             "invalid_at": None,
             "expired_at": None,
         }
@@ -534,10 +558,15 @@ class Memory:
     def _above(
         self, query: str, scored: list[tuple[float, Fact | Episode]], threshold: float
     ) -> list[tuple[float, Fact | Episode]]:
-        vector = np.asarray(self._memory.embedder.embed([query])[0], dtype=np.float32)
+        """The memories whose text is at least ``threshold`` similar to the query by cosine: a fact's stored vector,
+        a kept message's text embedded here (its stored vector is of "Speaker: text", not of the memory shown)."""
+        messages = [r for _, r in scored if isinstance(r, Episode)]
+        texts = self._memory.embedder.embed([query, *(_parts(e)[2] for e in messages)]) if messages else None
+        vector = np.asarray(texts[0] if texts is not None else self._memory.embedder.embed([query])[0], np.float32)
+        shown = {e.id: texts[n] for n, e in enumerate(messages, start=1)} if texts is not None else {}
         kept = []
         for score, record in scored:
-            stored = record.embedding
+            stored = shown.get(record.id) if isinstance(record, Episode) else record.embedding
             if stored is None:
                 continue
             other = np.asarray(stored, dtype=np.float32)
@@ -666,6 +695,12 @@ def _parts(episode: Episode) -> Message:
     return message_of(episode, SOURCE)
 
 
+def _role_and_actor(episode: Episode) -> tuple[str, str | None]:
+    """A message's role, and its actor (the speaker's name, when it is not the role's)."""
+    role, speaker, _ = _parts(episode)
+    return role, speaker if speaker and speaker != role.title() else None
+
+
 def _item(record_id: str, text: str, group: str, created_at: datetime, metadata: Mapping[str, Any]) -> dict[str, Any]:
     scope = scope_of(group) or {}
     return {
@@ -674,7 +709,7 @@ def _item(record_id: str, text: str, group: str, created_at: datetime, metadata:
         "hash": hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest(),  # Mem0's content hash
         "metadata": {k: v for k, v in metadata.items() if not k.startswith(RESERVED)} or None,
         "created_at": created_at.isoformat(),
-        "updated_at": None,
+        "updated_at": created_at.isoformat(),  # as Mem0: a new memory was last updated when it was created
         **scope,
     }
 
@@ -697,8 +732,15 @@ def _ended(fact: Fact, now: datetime) -> bool:
 
 
 def _event(
-    memory_id: str, event: str, old: str | None, new: str | None, when: datetime, record: Fact | Episode
+    memory_id: str,
+    event: str,
+    old: str | None,
+    new: str | None,
+    when: datetime,
+    record: Fact | Episode,
+    said_by: tuple[str | None, str | None],
 ) -> dict[str, Any]:
+    """One row of a memory's history: the change made ``when``; ``said_by``: the (role, actor_id) of its message."""
     fact = record if isinstance(record, Fact) else None
     return {
         "memory_id": memory_id,
@@ -706,11 +748,11 @@ def _event(
         "new_memory": new,
         "event": event,
         "created_at": when.isoformat(),
-        "updated_at": None,
+        "updated_at": when.isoformat(),
         "is_deleted": event == "DELETE",
-        "actor_id": None,
-        "role": record.name or None if isinstance(record, Episode) else None,
-        "valid_at": iso_offset(fact.valid_at) if fact else iso_offset(record.reference_time),  # type: ignore[union-attr]
+        "role": said_by[0],
+        "actor_id": said_by[1],
+        "valid_at": iso_offset(fact.valid_at) if fact else iso_offset(record.local_reference),  # type: ignore[union-attr]
         "invalid_at": iso_offset(fact.invalid_at) if fact else None,
         "expired_at": iso_offset(fact.expired_at) if fact else None,
     }

@@ -130,8 +130,8 @@ def matches(item: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
 
 
 def _conditions(value: Any, key: str) -> list[Mapping[str, Any]]:
-    if not isinstance(value, list) or not all(isinstance(c, Mapping) for c in value):
-        raise ValidationError(f"filter {key} takes a list of filters, got {value!r}")
+    if not isinstance(value, list) or not value or not all(isinstance(c, Mapping) for c in value):
+        raise ValidationError(f"filter {key} takes a list of filters (at least one), got {value!r}")
     return value
 
 
