@@ -272,7 +272,7 @@ def test_every_endpoint(service: Service) -> None:
         headers=auth(KEY_DEMO),
     )
     assert message.status_code == 201, message.text
-    assert message.json()["episode"]["reference_time"] == "2024-06-03T07:00:00Z"
+    assert message.json()["episode"]["reference_time"] == "2024-06-03T09:00:00+02:00"  # the speaker's offset kept
     document = call(
         "POST", "/v1/episodes", json={"content": {"customer": "Initech"}, "source": "json"}, headers=auth(KEY_DEMO)
     )

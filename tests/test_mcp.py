@@ -220,7 +220,7 @@ def test_stdio_every_tool(tmp_path: Path) -> None:
                 },
             )
         )
-        assert message["episode"]["reference_time"] == "2024-06-03T07:00:00Z"
+        assert message["episode"]["reference_time"] == "2024-06-03T09:00:00+02:00"  # the speaker's offset kept
         assert message["episode"]["group_id"] == "demo" and message["episode"]["source"] == "message"
         text = data(
             await client.call_tool("add_episode", {"content": "Quarterly notes about Initech.", "source": "text"})

@@ -105,7 +105,10 @@ class EpisodeOut(_Out):
     content: str
     source: Source
     source_description: str
-    reference_time: IsoTime = Field(description="When the episode happened; relative dates in it count from here.")
+    reference_time: IsoTime = Field(
+        description="When the episode happened, in the UTC offset it was given in; relative dates in it count from "
+        "here, on that calendar."
+    )
     created_at: IsoTime = Field(description="When the memory stored it.")
     status: str = Field(description="extracted, stored (no LLM), failed (extraction failed; retryable) or queued.")
     error: str
@@ -266,7 +269,7 @@ def episode_out(episode: Episode, scored: Scored[Episode] | None = None) -> Epis
         content=episode.content,
         source=episode.source.value,
         source_description=episode.source_description,
-        reference_time=iso(episode.reference_time) or "",
+        reference_time=iso(episode.local_reference) or "",  # with the offset it was given in
         status=episode.status.value,
         error=episode.error,
     )
