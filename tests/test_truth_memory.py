@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -241,6 +242,21 @@ def test_extraction_off_links_known_entities_and_dates_time_phrases() -> None:
     assert result.episode.attributes["times"] == [{"phrase": "two weeks ago", "at": "2024-04-17T00:00:00+00:00"}]
     with pytest.raises(ConfigurationError):
         make(None).add_episode("x: y", extract=True)
+
+
+def test_extraction_off_links_the_entities_a_json_document_s_values_name() -> None:
+    """A JSON episode was linked to nothing: entity-based and episode-mention ranking never reached it. Its string
+    values are read, not its keys ("city" is a field, even with an entity of that name)."""
+    memory = make(RulesLLM())
+    memory.add_facts([FactInput("Robert Smith", "LIVES_IN", "Boston"), FactInput("city", "IS_A", "word")], group_id="g")
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+    document = {"order": {"customer": "Robert Smith", "items": ["a lamp"], "city": "Boston"}, "total": 3}
+    for content in (document, json.dumps(document)):
+        result = memory.add_episode(content, source="json", group_id="g", extract=False)
+        assert sorted(names[m.entity_id] for m in memory.episode_mentions(result.episode.id)) == [
+            "Boston",
+            "Robert Smith",
+        ]
 
 
 def test_a_fact_naming_an_unextracted_entity_adds_it_with_a_warning() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -266,13 +267,13 @@ class Ingestor:
             return self._apply(episode, draft, now, LLMUsage(), ask=False, vectors=None, started=time.perf_counter())
 
     def _linked_draft(self, episode: Episode, speaker: str | None) -> Draft:
-        """No extraction: the speaker, and the entities the memory already knows that the text names."""
+        """No extraction: the speaker, and the entities the memory already knows that the text names (of a JSON
+        document: that its string values name, each alone; not its keys)."""
         draft = Draft()
         if speaker:
             draft.add_entity(speaker, "Person")
-        if episode.source is EpisodeSource.JSON:
-            return draft
-        grams = list(name_grams(episode.content))
+        texts = _json_strings(episode.content) if episode.source is EpisodeSource.JSON else [episode.content]
+        grams = list(dict.fromkeys(g for text in texts for g in name_grams(text)))
         with self.locks.read():
             found = self.store.entities_by_name(episode.group_id, grams) if grams else {}
         for gram in grams:
@@ -567,3 +568,18 @@ class Ingestor:
         deletes.append((Kind.EPISODE, episode.id))
         store.write(WriteBatch(puts=list(puts.values()), deletes=deletes))
         return result
+
+
+def _json_strings(content: str) -> list[str]:
+    """The string values of a JSON document, in document order (keys left out: they name fields, not things)."""
+    found: list[str] = []
+    pending: list[Any] = [json.loads(content)]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            pending.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            pending.extend(reversed(value))
+    return found
