@@ -239,6 +239,7 @@ def test_a_fact_line_tkg_cannot_store_is_refused_before_anything_is_written(
     for bad, line in [
         ({"subject": "A" * 600, "relation": "KNOWS", "object": "Bob"}, "3"),
         ({**good, "fact": "x" * 100_100}, "3"),
+        ({"subject": "Bob", "relation": "!!!", "object": "Boston"}, "3"),  # was stored as RELATES_TO
     ]:
         source = write_jsonl(tmp_path / "in.jsonl", [{"content": "User: hello"}, good, bad])
         code, _, err = run(capsys, "ingest", str(source), "--store", str(store), "--embedder", "hash")

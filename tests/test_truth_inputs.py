@@ -145,6 +145,20 @@ def test_the_callers_unstorable_text_is_refused_at_the_door(bad: str) -> None:
     assert memory.records(Kind.EPISODE) == [] and memory.stats()["groups"] == []
 
 
+@pytest.mark.parametrize("relation", ["!!!", "é", " - "])
+def test_a_relation_with_no_letter_or_digit_is_refused_from_the_caller_and_read_as_relates_to_from_the_llm(
+    relation: str,
+) -> None:
+    """The README promised a refusal; the caller's "!!!" was stored as RELATES_TO without a word."""
+    memory = memory_with(lambda prompt: {**moved("now"), "facts": [{**moved("now")["facts"][0], "relation": relation}]})
+    with pytest.raises(ValidationError, match="no letter or digit"):
+        memory.add_facts([FactInput("Bob", relation, "Boston")], group_id="g")
+    assert memory.records(Kind.EPISODE) == []
+    result = memory.add_episode("Ann: I moved to Berlin.", group_id="g")
+    assert [f.relation for f in result.facts] == ["RELATES_TO"]
+    assert any("no letter A-Z" in w for w in result.warnings)
+
+
 def test_a_name_longer_than_a_database_keeps_as_a_key_is_refused_at_the_door_on_every_backend(
     make_store: Callable[[int], Store],
 ) -> None:

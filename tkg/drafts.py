@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from tkg.llm.schema import GraphExtraction
-from tkg.models import relation_name
+from tkg.models import has_relation_name, relation_name
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.temporal import resolve_time
@@ -129,6 +129,8 @@ def from_extraction(
             draft.warnings.append(f"skipped a fact with an empty source, target or sentence: {item.fact!r}")
             continue
         relation = relation_name(item.relation)
+        if item.relation.strip() and not has_relation_name(item.relation):
+            draft.warnings.append(f"fact {item.fact!r}: relation {item.relation!r} has no letter A-Z; read {relation}")
         valid_at = _date(draft, item.valid_from, reference, languages, "start")
         invalid_at = _date(draft, item.valid_until, reference, languages, "end")
         if valid_at is None and item.valid_until is None:

@@ -235,7 +235,7 @@ class Ingestor:
 
     def _draft_of(self, extraction: GraphExtraction, episode: Episode, speaker: str | None) -> Draft:
         """The draft of an LLM's extraction. An answer tkg cannot store (a date out of range or not a date, a NUL
-        character or a lone surrogate in a name or sentence, a malformed relation) is the LLM's failure, not the
+        character or a lone surrogate in a name or sentence) is the LLM's failure, not the
         caller's: it raises :class:`LLMError`, and the episode is stored as failed for a retry."""
         try:
             draft = from_extraction(

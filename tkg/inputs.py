@@ -25,6 +25,7 @@ from tkg.models import (
     check_nesting,
     check_storable,
     check_text,
+    has_relation_name,
     loads_checked,
     new_id,
 )
@@ -74,6 +75,11 @@ class FactInput:
             if not isinstance(part, str) or not part.strip():
                 raise ValidationError(f"a fact's {name} must be a non-empty string, got {part!r}")
             (check_text if name == "relation" else check_name)(part, f"a fact's {name}")  # a relation has its rule
+        if not has_relation_name(fact.relation):  # it would be stored as RELATES_TO, the fact's meaning lost
+            raise ValidationError(
+                f"a fact's relation {fact.relation!r} has no letter or digit A-Z, 0-9: write it as WORKS_AT or "
+                "'works at'"
+            )
         for name in ("subject_label", "object_label"):
             label = getattr(fact, name)
             if not isinstance(label, str) or not label.strip():

@@ -214,8 +214,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         ``content`` is kept verbatim. For ``source="message"`` write ``"Speaker: text"``; the speaker is always an
         entity. ``reference_time`` (default: now) anchors relative dates. ``extract=False`` (the default without
         an LLM) stores and indexes the episode, links it to entities the memory already knows by name or alias
-        (in a JSON document: named by its string values), and records the dates its time phrases denote, with no LLM at all. ``metadata`` (JSON values) is kept
-        with the episode, in ``episode.attributes["metadata"]``.
+        (in a JSON document: named by its string values), and records the dates its time phrases denote, with no
+        LLM at all. ``metadata`` (JSON values) is kept with the episode, in ``episode.attributes["metadata"]``.
 
         If the LLM fails for good (after the retries of ``config.llm_policy``), the episode is stored with status
         ``failed``, nothing else is written, and :class:`~tkg.errors.ExtractionFailedError` is raised; call

@@ -253,8 +253,15 @@ def check_fields(record: Any) -> None:
             check_storable(value, what)
 
 
+def has_relation_name(text: str) -> bool:
+    """Whether :func:`relation_name` finds a name in ``text`` (a letter or digit A-Z, 0-9), rather than falling back
+    to ``RELATES_TO``."""
+    return re.search(r"[A-Za-z0-9]", text) is not None
+
+
 def relation_name(text: str) -> str:
-    """Turn free text such as ``"works at"`` into a relation name (``WORKS_AT``)."""
+    """Turn free text such as ``"works at"`` into a relation name (``WORKS_AT``); ``RELATES_TO`` when it has no
+    letter or digit A-Z, 0-9 (:func:`has_relation_name`)."""
     name = re.sub(r"[^A-Za-z0-9]+", "_", text.strip()).strip("_").upper()
     if not name:
         return "RELATES_TO"
