@@ -131,7 +131,10 @@ def test_message_without_llm_keeps_episode_and_speaker():
 def test_json_episode_is_kept_verbatim(memory):
     memory.llm.push({"entities": [], "facts": []})
     result = memory.add_episode({"order": 17, "item": "Widget"}, source="json", group_id="g")
-    assert result.episode.content == '{"item": "Widget", "order": 17}'
+    assert result.episode.content == '{"order": 17, "item": "Widget"}'  # in the order given (keys were sorted)
+    for bad in ({2: "b"}, {"a": [{None: 1}]}):  # were stored as "2" and "null" without a word
+        with pytest.raises(ValidationError, match="key that is not a string"):
+            memory.add_episode(bad, source="json", group_id="g")
     with pytest.raises(EpisodeError, match="not valid JSON"):
         memory.add_episode("{broken", source="json", group_id="g")
 

@@ -159,9 +159,9 @@ def make_episode(item: EpisodeInput, config: MemoryConfig, now: datetime) -> Epi
         raise EpisodeError(f"source {item.source!r} is unknown; use one of message, text, json") from None
     content = item.content
     if kind is EpisodeSource.JSON and not isinstance(content, str):
-        check_nesting(content, "JSON episode content")
-        try:
-            content = json.dumps(content, ensure_ascii=False, sort_keys=True, allow_nan=False)
+        check_nesting(content, "JSON episode content", text_keys=True)
+        try:  # keys in the order given: the document as it was written
+            content = json.dumps(content, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise EpisodeError(f"JSON episode content is not serialisable: {exc}") from None
     if not isinstance(content, str):

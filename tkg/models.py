@@ -168,13 +168,17 @@ def check_name_length(value: str, what: str = "an entity name") -> str:
 MAX_NESTING = 100
 
 
-def check_nesting(value: Any, what: str = "value") -> None:
+def check_nesting(value: Any, what: str = "value", *, text_keys: bool = False) -> None:
     """Raise :class:`ValidationError` if lists and maps nest in ``value`` deeper than :data:`MAX_NESTING` levels
-    (walked without recursion, so any depth is reported, never a ``RecursionError``)."""
+    (walked without recursion, so any depth is reported, never a ``RecursionError``); with ``text_keys``, also if a
+    map has a key that is not a string (JSON would write ``2`` or ``None`` as the text ``"2"`` or ``"null"``)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, Mapping):
+            if text_keys and not all(isinstance(key, str) for key in item):
+                wrong = next(key for key in item if not isinstance(key, str))
+                raise ValidationError(f"{what} has a key that is not a string: {wrong!r} (JSON keys are text)")
             children: Any = item.values()
         elif isinstance(item, list | tuple):
             children = item
