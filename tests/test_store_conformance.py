@@ -482,16 +482,17 @@ class _PerText:
         return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
 
 
-def test_hybrid_search_ranks_alike_on_every_backend(make_store):
+@pytest.mark.parametrize("bag_of_words", [False, True])
+def test_hybrid_search_ranks_alike_on_every_backend(make_store, bag_of_words):
     """Cosine and BM25 scores agree across backends (BM25: the formula of tkg.tokens over the same corpus
-    statistics, equal scores in insertion order), so the fused ranking a memory returns is the same on every
-    backend, in order. Each text gets its own random vector: cosines of distinct texts never tie by construction
-    (a bag-of-words embedder gives equal cosines to texts of equal length sharing one word, which float32 and
-    float64 arithmetic then break differently); equal texts tie exactly, in insertion order, everywhere."""
-    from tkg import FactInput, FixedClock, Memory
+    statistics; cosine: tkg.cosines, pgvector's own distance being an ulp off; equal scores in insertion order),
+    so the fused ranking a memory returns is the same on every backend, in order. With a random vector per text,
+    equal texts tie exactly; with a bag-of-words embedder (the shipped HashEmbedder), texts of equal length sharing
+    one word tie too -- and pgvector, or float64 arithmetic, broke those ties their own way."""
+    from tkg import FactInput, FixedClock, HashEmbedder, Memory
     from tkg.backends.reference import ReferenceStore
 
-    embedder = _PerText()
+    embedder = HashEmbedder() if bag_of_words else _PerText()
 
     rng = np.random.default_rng(11)
     people, places = ["Ann", "Bob", "Cleo", "Dan", "Eve"], ["Paris", "Berlin", "Rome", "Oslo", "Lima", "Kyoto"]

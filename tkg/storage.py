@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tkg.cosines import cosines, inverse_norms
+from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, ValidationError
 from tkg.models import Entity, Episode, Fact, Kind, Membership, Mention, Record, Vector
 from tkg.timeline import Scope
@@ -311,12 +313,9 @@ class Store(abc.ABC):
         facts = [f for f in self.facts_of(entity_ids) if (f.relation == relation) == same and f.embedding is not None]
         if not facts or k <= 0:
             return []
-        query = np.asarray(vector, dtype=np.float64)
-        query = query / (np.linalg.norm(query) or 1.0)
-        matrix = np.array([f.embedding for f in facts], dtype=np.float64)
-        norms = np.linalg.norm(matrix, axis=1)
-        norms[norms == 0] = 1.0
-        scores = (matrix @ query / norms).astype(np.float32).tolist()
+        query = check_vectors(vector, len(facts[0].embedding))[0]  # type: ignore[arg-type]
+        matrix = np.array([f.embedding for f in facts], dtype=np.float32)
+        scores = cosines(matrix, query, inverse_norms(matrix)).tolist()  # as every store scores (tkg.cosines)
         order = sorted(range(len(facts)), key=lambda i: -scores[i])[:k]
         return [(facts[i], scores[i]) for i in order]
 

@@ -30,6 +30,7 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
+from tkg.cosines import inverse_norm
 from tkg.selection import Mask, top_k
 
 from .arrays import Column
@@ -46,12 +47,6 @@ _BEHIND = 4
 # answer, scans their bit sketches and scores the closest exactly (see sketches.py); more go to hnswlib's
 # filtered walk.
 _SKETCH_LIMIT = 1 << 17
-
-
-def inverse_norm(vector: npt.NDArray[np.float32]) -> float:
-    """``1 / ||vector||`` (1 for a zero vector, which then scores 0 against everything)."""
-    norm = float(np.sqrt(np.einsum("i,i->", vector, vector, dtype=np.float64)))
-    return 1.0 / norm if norm > 0 else 1.0
 
 
 class GraphMismatch(Exception):
@@ -529,7 +524,9 @@ class VectorIndex:
         found = self._brute(query, tail, k)
         in_graph_passing = passing - len(tail)
         if in_graph_passing > 0:
-            found += self._graph_search(query, min(k, in_graph_passing), allowed, in_graph_passing)
+            walked = self._graph_search(query, min(k, in_graph_passing), allowed, in_graph_passing)
+            # scored again exactly, as every store scores (tkg.cosines): the graph's own distances are another sum
+            found += self._brute(query, np.array(sorted(s for s, _ in walked), dtype=np.int64), k)
         found.sort(key=lambda item: (-item[1], item[0]))
         return found[:k]
 
@@ -559,8 +556,7 @@ class VectorIndex:
         scale = self._scale.view()
         best: list[tuple[int, float]] = []
         for part in _chunks(slots):
-            # einsum, not `@`: a matrix-vector product through multithreaded OpenBLAS is ~100x slower when another
-            # process holds a core (its threads spin); einsum stays single-threaded and predictable.
+            # as tkg.cosines.cosines, whichever rows of a chunk are read (a row's product is the same either way)
             scores = self._dots(part, query) * scale[part]
             best = _merge(best, top_k(part, scores.astype(np.float32), k), k)
         return best

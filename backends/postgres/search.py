@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 
+from tkg.cosines import cosines, inverse_norms
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError
 from tkg.models import TEXT_KINDS, VECTOR_FIELD, Fact, Kind, Record, Vector
@@ -62,6 +63,11 @@ _FIRST_BATCH = 2
 #: Where an index finds what a scope admits (:func:`.scope.index_bounds`), up to this many admitted records are
 #: read at once instead of checking the best documents in batches.
 _ADMITTED_SET = 1024
+# Rows a cosine read takes past the k it wants: scored again exactly (tkg.cosines), a row pgvector put just past
+# the cut may tie with, or beat, the last one before it. A read whose rows are all within _DISTANCE_SLACK of the
+# k-th reads again, four times as many.
+_PAST_THE_CUT = 16
+_DISTANCE_SLACK = 1e-6
 
 
 def best_first(
@@ -215,9 +221,19 @@ def _index_walk_or_exact(
     return run
 
 
-def _similarity(distance: float | None) -> float:
-    """pgvector's cosine distance as a similarity (a zero vector's NaN distance, or none, scores 0)."""
-    return 1.0 - distance if distance is not None and not math.isnan(distance) else 0.0
+def _tied_past_the_cut(distances: Sequence[float | None], k: int, read: int) -> bool:
+    """Did a read of ``read`` rows stop among rows as close as its ``k``-th (pgvector's distances, an ulp or so
+    off the exact ones), so that one it left out may tie with those it kept?"""
+    known = sorted(d for d in distances if d is not None and not math.isnan(d))
+    return len(distances) >= read and len(known) > k and known[-1] <= known[k - 1] + _DISTANCE_SLACK
+
+
+def _exact_scores(vectors: Sequence[Any], query: npt.NDArray[np.float32]) -> list[float]:
+    """The cosine of each stored vector with the unit ``query``, as every store scores it (:mod:`tkg.cosines`)."""
+    if not vectors:
+        return []
+    rows = np.asarray(vectors, dtype=np.float32)
+    return cosines(rows, query, inverse_norms(rows)).tolist()
 
 
 class Search(Session):
@@ -245,27 +261,34 @@ class Search(Session):
         query = check_vectors(vector, self.dim)[0]
         if k <= 0:
             return []
-        params: dict[str, Any] = {"q": query, "k": int(k)}
+        params: dict[str, Any] = {"q": query, "k": int(k) + _PAST_THE_CUT}
         where = scope_where(kind, scope, params)
         table = TABLES[kind].name
         # The first form walks the HNSW index over the rows in it (marked indexed) and scores the rows not in it yet
         # exactly (distance + 0 is no index key; .worker indexes them after their write); the second is an exact
         # scan of every row, run only when the index walk came back short (fewer admitted rows than k, or a very
         # selective filter). The last column tells the walk's rows.
+        # Each form reads _PAST_THE_CUT rows past k, with their vectors: they are scored again as every store
+        # scores (tkg.cosines), and equal scores go in insertion order, where pgvector's own distance is an ulp off.
         walk = self._q(
-            f"(SELECT id, seq, {column} <=> %(q)s, true FROM {{s}}.{table} WHERE indexed AND {column} IS NOT NULL "
-            f"AND {where} ORDER BY {column} <=> %(q)s LIMIT %(k)s) UNION ALL "
-            f"(SELECT id, seq, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE NOT indexed AND "
+            f"(SELECT id, seq, {column}, {column} <=> %(q)s, true FROM {{s}}.{table} WHERE indexed AND {column} IS "
+            f"NOT NULL AND {where} ORDER BY {column} <=> %(q)s LIMIT %(k)s) UNION ALL "
+            f"(SELECT id, seq, {column}, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE NOT indexed AND "
             f"{column} IS NOT NULL AND {where} ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s)"
         )
         exact = self._q(
-            f"SELECT id, seq, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE {column} IS NOT NULL AND {where} "
-            f"ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s"
+            f"SELECT id, seq, {column}, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE {column} IS NOT NULL AND "
+            f"{where} ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s"
         )
-
-        rows = self._read(_index_walk_or_exact(walk, exact, params, k))
-        hits = [(_similarity(d), seq, rid) for rid, seq, d, _ in rows]
-        hits.sort(key=lambda h: (-h[0], h[1]))
+        while True:
+            rows = self._read(_index_walk_or_exact(walk, exact, params, int(params["k"])))
+            if not _tied_past_the_cut([row[3] for row in rows], k, int(params["k"])):
+                break
+            params["k"] *= 4  # more rows as close as the k-th than were read (one text stored many times)
+        scores = _exact_scores([row[2] for row in rows], query)
+        hits = sorted(
+            zip(scores, (row[1] for row in rows), (row[0] for row in rows), strict=True), key=lambda h: (-h[0], h[1])
+        )
         return [Hit(rid, score) for score, _, rid in hits[:k]]
 
     def closest_facts(
@@ -305,12 +328,20 @@ class Search(Session):
             "scored AS (SELECT seq, embedding <=> %(q)s AS distance FROM {s}.facts "
             "WHERE seq IN (SELECT seq FROM closest) UNION ALL "
             + around.format(picked="seq, embedding <=> %(q)s", when=" AND NOT (SELECT many FROM many)")
-            + "), best AS (SELECT seq, distance FROM scored ORDER BY distance, seq LIMIT %(k)s) "
+            + "), best AS (SELECT seq, distance FROM scored ORDER BY distance, seq LIMIT %(read)s) "
             f"{columns}, best.distance FROM best JOIN {{s}}.facts USING (seq) ORDER BY best.distance, seq"
         )
-        rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
+        # read past k and scored again exactly, as in vector_search
+        params["read"] = int(k) + _PAST_THE_CUT
+        while True:
+            rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
+            if not _tied_past_the_cut([row[-1] for row in rows], k, params["read"]):
+                break
+            params["read"] *= 4
         facts = from_rows(Kind.FACT, [row[:-1] for row in rows])
-        return [(f, float(np.float32(_similarity(row[-1])))) for f, row in zip(facts, rows, strict=True)]
+        scores = _exact_scores([f.embedding for f in facts], query)
+        found = sorted(zip(scores, (row[0] for row in rows), facts, strict=True), key=lambda h: (-h[0], h[1]))
+        return [(f, score) for score, _, f in found[:k]]
 
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
         kind = Kind(kind)

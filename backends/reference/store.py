@@ -15,6 +15,7 @@ from datetime import datetime
 
 import numpy as np
 
+from tkg.cosines import cosines, inverse_norms
 from tkg.embedders.base import check_vectors
 from tkg.errors import BackendError, EmbeddingError, ValidationError
 from tkg.integrity import check_write
@@ -87,16 +88,17 @@ class ReferenceStore(Store):
     def vector_search(self, kind: Kind, vector: Vector, k: int, scope: Scope) -> list[Hit]:
         if Kind(kind) not in VECTOR_FIELD:
             raise BackendError(f"{kind} records have no vectors to search")
-        query = np.asarray(vector, dtype=np.float64)
-        query = query / (np.linalg.norm(query) or 1.0)
-        hits = []
+        query = check_vectors(vector, self.dim)[0]
+        found = []
         for position, record in enumerate(self._records[Kind(kind)].values()):
             stored = vector_of(record)
-            if stored is None or not scope.admits(record):
-                continue
-            row = np.asarray(stored, dtype=np.float64)
-            hits.append((float(row @ query) / (float(np.linalg.norm(row)) or 1.0), position, record.id))
-        return _best(hits, k)
+            if stored is not None and scope.admits(record):
+                found.append((np.asarray(stored, dtype=np.float32), position, record.id))
+        if not found:
+            return []
+        rows = np.array([row for row, _, _ in found], dtype=np.float32)
+        scores = cosines(rows, query, inverse_norms(rows)).tolist()  # as every store scores (tkg.cosines)
+        return _best([(score, p, i) for score, (_, p, i) in zip(scores, found, strict=True)], k)
 
     def text_search(self, kind: Kind, query: str, k: int, scope: Scope) -> list[Hit]:
         """BM25 (Lucene variant, :mod:`tkg.tokens`) over every live document of the kind, all groups: N, df and
