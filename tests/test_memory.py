@@ -605,3 +605,25 @@ def test_a_memory_opened_with_a_bad_seam_leaves_no_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     with Memory.open(path, embedder=HashEmbedder(dim=32)) as memory:
         assert memory.groups() == []
+
+
+def test_the_last_episodes_said_before_a_time(make_store) -> None:
+    """As Graphiti's retrieve_episodes: the latest n episodes said at or before a time, oldest first, of one group
+    or several, on every backend; with a status, from the listing."""
+    memory = Memory(make_store(32), embedder=HashEmbedder(dim=32), clock=FixedClock("2024-02-01T00:00:00Z"))
+    for day in range(1, 7):
+        memory.add_episode(f"Ann: message {day}", group_id="g", reference_time=f"2024-01-0{day}T00:00:00Z")
+    memory.add_episode("Bob: other", group_id="h", reference_time="2024-01-03T12:00:00Z")
+
+    def said(**kwargs: Any) -> list[str]:
+        return [e.content for e in memory.episodes(**kwargs)]
+
+    assert said(group_ids="g", last=2) == ["Ann: message 5", "Ann: message 6"]
+    assert said(group_ids="g", before="2024-01-04T00:00:00Z", last=2) == ["Ann: message 3", "Ann: message 4"]
+    assert said(before="2024-01-04T00:00:00Z", last=3) == ["Ann: message 3", "Bob: other", "Ann: message 4"]
+    assert said(group_ids=["g", "h"], before="2024-01-02T00:00:00Z") == ["Ann: message 1", "Ann: message 2"]
+    assert said(group_ids="g", status="stored", last=1) == ["Ann: message 6"]
+    assert said(group_ids="g", last=0) == []
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValidationError, match="last must be"):
+            memory.episodes(last=bad)

@@ -77,15 +77,27 @@ class MemoryReads:
             found = reads.facts(self._store, scope.group_ids, scope)
         return found[offset:] if limit is None else found[offset : offset + limit]
 
-    def episodes(self, group_ids: Groups = None, *, status: EpisodeStatus | str | None = None) -> list[Episode]:
-        """Episodes of these groups (with this status), by reference time, then creation."""
+    def episodes(
+        self,
+        group_ids: Groups = None,
+        *,
+        status: EpisodeStatus | str | None = None,
+        before: datetime | str | None = None,
+        last: int | None = None,
+    ) -> list[Episode]:
+        """Episodes of these groups (with this status), by reference time, then creation. ``before``: only those
+        said at or before it; ``last``: only the latest ``last`` of those (still oldest first), as the previous
+        messages of a conversation at a time."""
         try:
             state = None if status is None else EpisodeStatus(status)
         except ValueError:
             raise ValidationError(f"unknown status {status!r}; use one of {[s.value for s in EpisodeStatus]}") from None
+        if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
+            raise ValidationError(f"last must be a non-negative integer, got {last!r}")
+        until = optional_utc(before, "before")
         groups = group_set(group_ids)
         with self._locks.read():
-            return reads.episodes(self._store, groups, state)
+            return reads.episodes(self._store, groups, state, until, last)
 
     def find_entities(self, name: str, *, group_ids: Groups = None) -> list[Entity]:
         """Entities whose name or alias equals ``name`` once normalised as entity resolution does."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind
 from tkg.storage import Store
@@ -75,14 +76,33 @@ def neighbourhood(store: Store, center: Entity, depth: int, scope: Scope, limit:
     return Neighbourhood(center, hops, entities, [scope.shown(f) for f in facts.values()], omitted)
 
 
-def episodes(store: Store, groups: frozenset[str] | None, status: EpisodeStatus | None) -> list[Episode]:
-    """Episodes of these groups (all groups: None), with this status when given, by reference time, then
-    creation, then store order."""
-    found = [
-        e for e in store.scan(Kind.EPISODE, groups) if isinstance(e, Episode) and (status is None or e.status is status)
-    ]
+def episodes(
+    store: Store,
+    groups: frozenset[str] | None,
+    status: EpisodeStatus | None,
+    before: datetime | None = None,
+    last: int | None = None,
+) -> list[Episode]:
+    """Episodes of these groups (all groups: None), with this status when given, said at or before ``before``
+    when given, by reference time, then creation, then store order; with ``last``, the latest ``last`` of them
+    (read from each group's timeline, :meth:`Store.recent_episodes`, when no status is asked)."""
+    if last is not None and status is None:
+        until = before if before is not None else datetime.max.replace(tzinfo=UTC)
+        found = [
+            e
+            for g in sorted(groups if groups is not None else store.groups())
+            for e in store.recent_episodes(g, until, last)
+        ]
+    else:
+        found = [
+            e
+            for e in store.scan(Kind.EPISODE, groups)
+            if isinstance(e, Episode)
+            and (status is None or e.status is status)
+            and (before is None or e.reference_time <= before)
+        ]
     found.sort(key=lambda e: (e.reference_time, e.created_at))
-    return found
+    return found if last is None else found[len(found) - last :] if last else []
 
 
 def facts(store: Store, groups: frozenset[str] | None, scope: Scope | None) -> list[Fact]:
