@@ -644,3 +644,48 @@ def test_a_memory_not_found_is_named_as_mem0_names_it() -> None:
     for call in (lambda: m.delete("non-existent-id"), lambda: m.update("non-existent-id", "x")):
         with pytest.raises(ValueError, match="Memory with id non-existent-id not found"):
             call()
+
+
+def test_async_memory_awaits_every_call() -> None:
+    """Mem0's AsyncMemory: the same calls, awaited, with the same answers."""
+    import asyncio
+
+    from tkg.compat.mem0 import AsyncMemory
+
+    async def main() -> tuple[list[str], list[str], str | None, list[str]]:
+        tkg_memory = TkgMemory(embedder=HashEmbedder(dim=64), clock=FixedClock("2024-05-01T00:00:00Z"))
+        async with AsyncMemory(memory=tkg_memory) as m:
+            first = (await m.add("I love tennis", user_id="u"))["results"][0]["id"]
+            await asyncio.gather(*(m.add(f"note {i}", user_id="u") for i in range(3)))
+            found = texts(await m.search("tennis", filters={"user_id": "u"}, top_k=1))
+            await m.update(first, "I love squash")
+            got = await m.get(first)
+            events = [e["event"] for e in await m.history(first)]
+            listed = sorted(texts(await m.get_all(filters={"user_id": "u"})))
+            await m.delete(first)
+            assert await m.get(first) is None
+            await m.delete_all(user_id="u")
+            assert (await m.get_all(filters={"user_id": "u"}))["results"] == []
+            return found, events, got["memory"] if got else None, listed
+
+    found, events, memory, listed = asyncio.run(main())
+    assert (found, events, memory) == (["I love tennis"], ["ADD", "UPDATE"], "I love squash")
+    assert listed == ["I love squash", "note 0", "note 1", "note 2"]
+
+
+def test_filters_on_created_and_updated_times() -> None:
+    """Filters on created_at / updated_at matched nothing; they compare as times (a date is its midnight UTC)."""
+    clock = FixedClock("2024-05-01T10:00:00Z")
+    m = offline(clock)
+    m.add("first", user_id="u")
+    clock.set("2024-06-01T10:00:00Z")
+    m.add("second", user_id="u")
+
+    def found(condition: dict[str, Any]) -> list[str]:
+        return sorted(texts(m.get_all(filters={"user_id": "u", **condition})))
+
+    assert found({"created_at": {"gte": "2024-05-15"}}) == ["second"]
+    assert found({"created_at": {"lt": "2024-05-15T00:00:00+00:00"}}) == ["first"]
+    assert found({"updated_at": {"gt": "2024-05-01T09:00:00-02:00"}}) == ["second"]  # 11:00 UTC
+    assert found({"created_at": {"gte": "not a date"}}) == []
+    assert texts(m.search("second", filters={"user_id": "u", "created_at": {"gte": "2024-05-15"}})) == ["second"]

@@ -26,12 +26,14 @@ What a Mem0 user should know (the README's "Coming from Mem0" has the full table
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Self, overload
+from typing import Any, Self, TypeVar, overload
 
 import numpy as np
 
@@ -47,9 +49,10 @@ from tkg.memory import Memory as TkgMemory
 from tkg.models import Entity, Episode, EpisodeSource, Fact, Kind
 from tkg.timeutil import iso_offset, to_aware, to_utc
 
-__all__ = ["Memory", "MemoryNotFoundError"]
+__all__ = ["AsyncMemory", "Memory", "MemoryNotFoundError"]
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 #: The source description of the episodes this facade writes, and the role a message without one has.
 SOURCE = "mem0"
@@ -576,6 +579,51 @@ class Memory:
         return kept
 
 
+def _awaited(method: Callable[..., R]) -> Callable[..., Coroutine[Any, Any, R]]:
+    """``method`` of :class:`Memory` as a coroutine of :class:`AsyncMemory`, run on a thread of the event loop's
+    default pool (the memory serialises store access itself)."""
+
+    @functools.wraps(method)
+    async def call(self: AsyncMemory, *args: Any, **kwargs: Any) -> R:
+        return await asyncio.to_thread(method, self.sync, *args, **kwargs)
+
+    return call
+
+
+class AsyncMemory:
+    """Mem0's ``AsyncMemory``: the calls of :class:`Memory`, awaited. Each runs on a thread, so the event loop
+    keeps running while an extraction waits for its LLM; cancelling an ``await`` does not undo its call."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, *, memory: TkgMemory | None = None) -> None:
+        self.sync = Memory(config, memory=memory)
+
+    @classmethod
+    def from_config(cls, config_dict: Mapping[str, Any]) -> Self:
+        return cls(config_dict)
+
+    @property
+    def tkg(self) -> TkgMemory:
+        """The tkg memory underneath."""
+        return self.sync.tkg
+
+    add = _awaited(Memory.add)
+    update = _awaited(Memory.update)
+    delete = _awaited(Memory.delete)
+    delete_all = _awaited(Memory.delete_all)
+    reset = _awaited(Memory.reset)
+    get = _awaited(Memory.get)
+    get_all = _awaited(Memory.get_all)
+    search = _awaited(Memory.search)
+    history = _awaited(Memory.history)
+    close = _awaited(Memory.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 # ----------------------------------------------------------------------------------------------------------
 # pure helpers
 
@@ -715,9 +763,11 @@ def _item(record_id: str, text: str, group: str, created_at: datetime, metadata:
 
 
 def _filterable(item: Mapping[str, Any]) -> dict[str, Any]:
-    """What a metadata filter sees: the metadata, the message's actor and role, and the memory's own scope ids
-    (last: a filter on ``user_id`` inside ``AND`` / ``OR`` / ``NOT`` reads the scope it was added in)."""
-    fields = {key: item[key] for key in ("actor_id", "role") if item.get(key) is not None}
+    """What a metadata filter sees: the message's actor and role, the memory's ``created_at`` / ``updated_at`` (as
+    times), the metadata, and the memory's own scope ids (last: a filter on ``user_id`` inside ``AND`` / ``OR`` /
+    ``NOT`` reads the scope it was added in)."""
+    fields: dict[str, Any] = {key: item[key] for key in ("actor_id", "role") if item.get(key) is not None}
+    fields.update((key, datetime.fromisoformat(item[key])) for key in ("created_at", "updated_at") if item.get(key))
     scope = {key: item[key] for key in SCOPE_KEYS if item.get(key) is not None}
     return {**fields, **(item.get("metadata") or {}), **scope}
 

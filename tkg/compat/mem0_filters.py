@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from tkg.errors import ValidationError
@@ -168,6 +169,10 @@ def _listed(operand: Any, op: str) -> list[Any]:
 
 
 def _compare(op: str, actual: Any, operand: Any) -> bool:
+    if isinstance(actual, datetime):  # created_at / updated_at: against a date or time, ISO-8601 (UTC if no offset)
+        operand = _as_time(operand)
+        if operand is None:
+            return False
     if op == "eq":
         return bool(actual == operand)
     if op == "in":
@@ -180,3 +185,15 @@ def _compare(op: str, actual: Any, operand: Any) -> bool:
         return bool(_ORDER[op](actual, operand))
     except TypeError:  # e.g. a string against a number: not a match
         return False
+
+
+def _as_time(value: Any) -> datetime | None:
+    """A filter's date or time as an aware datetime (a date is its midnight; no offset: UTC), else None."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
