@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from tkg.config_fields import check_field_types
 from tkg.errors import ConfigurationError, LLMError
@@ -66,6 +67,9 @@ class GuardedLLM:
         seed: int = 0,
     ) -> None:
         self.client = client
+        # what the client can do, decided once (a runtime Protocol check walks its methods: ~20 us a call)
+        self._reasks = isinstance(client, ReaskingLLM)
+        self._reports = isinstance(client, UsageReportingLLM)
         self.policy = policy or LLMPolicy()
         self._sleep = sleep
         self._monotonic = monotonic
@@ -113,10 +117,11 @@ class GuardedLLM:
         client = self.client
         made = 1
         try:
-            if isinstance(client, ReaskingLLM):
-                answer, tokens, made = client.generate_within(prompt, response_model, max(1, most_requests))
-            elif isinstance(client, UsageReportingLLM):
-                answer, tokens = client.generate_with_usage(prompt, response_model)
+            if self._reasks:
+                reasking = cast(ReaskingLLM, client)
+                answer, tokens, made = reasking.generate_within(prompt, response_model, max(1, most_requests))
+            elif self._reports:
+                answer, tokens = cast(UsageReportingLLM, client).generate_with_usage(prompt, response_model)
             else:
                 answer = self.client.generate(prompt, response_model)
                 tokens = None
