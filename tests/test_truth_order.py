@@ -526,9 +526,9 @@ def test_a_fact_with_no_start_ended_when_another_was_stated_still_meets_what_sta
 @pytest.mark.parametrize("order", [(0, 1), (1, 0)])
 def test_an_end_said_later_of_a_statement_ends_it(order: tuple[int, ...], end_said_later: bool, since: str) -> None:
     """ "Ann works at Acme" since 2020 (said then), then "Ann works at Acme" until May 2024 (said in June 2024),
-    with no start, the same start or a later one: the statement ended in May. The restatement rule carried the open
-    fact on past that end, as if the later word had not been said (with a start said: the later fact was kept
-    empty); said before it, the open fact does carry the statement on."""
+    with no start or the same start: the statement ended in May. The restatement rule carried the open fact on past
+    that end, as if the later word had not been said (with a start said: the later fact was kept empty); said
+    before it, the open fact does carry the statement on, and so it does past a later stint ("from 2021")."""
     memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z", tick=timedelta(seconds=1)))
     said = [
         (FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z"), "2020-01-01T00:00:00Z"),
@@ -540,7 +540,10 @@ def test_an_end_said_later_of_a_statement_ends_it(order: tuple[int, ...], end_sa
     for i in order:
         memory.add_facts([said[i][0]], group_id="g", reference_time=said[i][1])
     now = [f.fact for f in memory.get_all("g")]
-    assert now == ([] if end_said_later else ["Ann works at Acme"])
+    # said later and covering the open fact's start (the same start, or none said): the newer word on the end; a
+    # later stint ("from 2021 to May") says nothing of when the stint since 2020 ended
+    newer_word = end_said_later and since != "2021-01-01T00:00:00Z"
+    assert now == ([] if newer_word else ["Ann works at Acme"])
     for year in (2020, 2022, 2024):
         assert [f.fact for f in memory.get_all("g", as_of=f"{year}-02-01T00:00:00Z")] == ["Ann works at Acme"]
     before = [f.fact for f in memory.get_all("g", as_of="2019-02-01T00:00:00Z")]
@@ -558,4 +561,35 @@ def test_of_two_contradicting_facts_said_at_one_time_the_later_one_holds(
     for i in order:
         memory.add_episode(f"Ann: I LIVES_IN {cities[i]}.", reference_time="2024-03-01T00:00:00Z", group_id="g")
     assert [f.fact for f in memory.get_all("g")] == [f"Ann lives in {cities[order[-1]]}"]
+    check_invariants(memory)
+
+
+def test_a_later_stint_said_later_does_not_end_the_statement(make_store: Callable[[int], Store]) -> None:
+    """ "Alice lives in Paris" since 2010, then "lived in Paris during 2015" said in 2024: a stint inside the
+    statement, not its end (a first form of the newer-word rule ended Paris in 2016); and from 2010 to 2020, then
+    in 2015, the same."""
+    for first_end in (None, "2020-01-01T00:00:00Z"):
+        memory = new_memory(make_store(EMB.dim))
+        since = FactInput("Alice", "LIVES_IN", "Paris", valid_at="2010-01-01T00:00:00Z", invalid_at=first_end)
+        stint = FactInput(
+            "Alice", "LIVES_IN", "Paris", valid_at="2015-01-01T00:00:00Z", invalid_at="2016-01-01T00:00:00Z"
+        )
+        memory.add_facts([since], group_id="g", reference_time="2010-06-01T00:00:00Z")
+        memory.add_facts([stint], group_id="g", reference_time="2024-01-01T00:00:00Z")
+        held = [f.fact for f in memory.get_all("g", as_of="2017-06-01T00:00:00Z")]
+        assert held == ["Alice lives in Paris"]
+        check_invariants(memory)
+
+
+def test_a_statement_said_again_at_the_same_time_is_the_latest_word(make_store: Callable[[int], Store]) -> None:
+    """Paris, Berlin, then Paris again, all said at one time: the second Paris is a verbatim repeat kept in the
+    first's provenance, and the statement was said last: Paris holds (it was ordered by its first learning)."""
+    memory = new_memory(make_store(EMB.dim))
+    for city in ("Paris", "Berlin", "Paris"):
+        memory.add_facts(
+            [FactInput("Alice", "LIVES_IN", city, valid_at="2024-03-01T00:00:00Z")],
+            group_id="g",
+            reference_time="2024-03-01T00:00:00Z",
+        )
+    assert [f.fact for f in memory.get_all("g")] == ["Alice lives in Paris"]
     check_invariants(memory)

@@ -17,13 +17,14 @@ order, or removing one, gives what adding the others alone would have given. The
    object) or the LLM judged one to contradict the other. Verdicts carry over within a statement: a fact restating
    another contradicts what that one contradicts.
 3. **The sweep.** The facts are taken in world-time order: by start (an unknown start is "since forever"), then by
-   the time they were stated (the newer information second; at one time, the fact the memory learnt later),
+   the time they were stated (the newer information second; at one time, the fact the memory learnt last),
    then by sentence, then the longer own end first.
    A fact whose statement already holds when it starts restates it: it is kept with an empty interval,
    superseded by the fact it restates -- unless it holds on past that one's own end: then it continues the
    statement, and the fact it restates ends at its start, so the statement holds over both intervals, once.
-   But of the two, a fact with an end of its own stated after the other is the newer word on when the statement
-   ended: "works at Acme since 2020", then "worked at Acme until May" (or "from 2020 to May"), holds until May.
+   But of the two, a fact with an end of its own stated after the other, from the same start or none said, is the
+   newer word on when the statement ended: "works at Acme since 2020", then "worked at Acme until May" (or "from
+   2020 to May"), holds until May; a later stint ("in Acme's office during 2023") ends nothing.
    Otherwise it starts to hold, and every holding fact it contradicts ends at
    its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
@@ -50,7 +51,8 @@ from typing import Any
 
 from tkg.memo import Memo
 from tkg.models import Fact, Verdict, evolve
-from tkg.revisions import ENDED_BY_HAND, Revision, revisions_of, with_revisions
+from tkg.revisions import ENDED_BY_HAND, RESTATED_BY, Revision, revisions_of, with_revisions
+from tkg.revisions import restated as said_again
 from tkg.timeutil import iso_offset
 
 #: The end given to a restatement whose start is unknown (an empty interval before every real date).
@@ -278,16 +280,18 @@ def history(
 
 
 def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
-    """World-time order: start (unknown first), time stated, time learnt (of facts stated at one time, as the
-    messages of a session stamped with its date, the later one is the newer word), sentence, relation, and the
+    """World-time order: start (unknown first), time stated, time last learnt (of facts stated at one time, as
+    the messages of a session stamped with its date, the one said last is the newer word), sentence, relation, and the
     longer own end first (a fact that holds longer is not restated by one that ends at once); the id only between
     true twins."""
     end = own_end(fact)
     longest = (0, 0.0) if end is None else (1, -(end - _BEFORE_ALL).total_seconds())
+    again = fact.attributes.get(RESTATED_BY)  # said again (a verbatim repeat): learnt again then
+    learnt = max([fact.created_at, *(t for _, t in said_again(fact))]) if again else fact.created_at
     return (
         fact.valid_at or _BEFORE_ALL,
         stated.get(fact.id, _BEFORE_ALL),
-        fact.created_at,
+        learnt,
         text_key(fact.fact),
         fact.relation,
         longest,
@@ -309,13 +313,17 @@ def _carries_on(
     """Does ``fact``, restating ``restated`` (holding at its start until ``restated_end``), carry the statement on
     from its start, rather than being empty? When it holds on past that end; and when it ends sooner but is the
     newer word on when the statement ended: stated after ``restated``, with an end of its own ("works at Acme"
-    since 2020, then "worked at Acme from 2020 to 2024"). Conversely, ``restated`` with an end of its own and
-    stated after ``fact`` is the newer word, and ``fact`` does not carry it on ("works at Acme since 2020", then
-    "worked at Acme until May")."""
+    since 2020, then "worked at Acme from 2020 to 2024"), and starting with the statement or not saying when.
+    Conversely, ``restated`` with an end of its own and stated after ``fact`` is the newer word (it starts no later,
+    in sweep order), and ``fact`` does not carry it on ("works at Acme since 2020", then "worked at Acme until
+    May")."""
     end = ends[fact.id]
     fact_said, restated_said = stated.get(fact.id, _BEFORE_ALL), stated.get(restated.id, _BEFORE_ALL)
     if restated_end is None or (end is not None and end <= restated_end):
-        return end is not None and end != restated_end and fact_said > restated_said
+        # the newer word when it covers the restated fact's start: a later stint ("in Paris in 2015", said after
+        # "in Paris since 2010") says nothing of when the statement ended
+        covers = fact.valid_at is None or fact.valid_at == restated.valid_at
+        return covers and end is not None and end != restated_end and fact_said > restated_said
     return not (ends[restated.id] is not None and restated_said > fact_said)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
@@ -17,7 +16,7 @@ from tkg.embedders.base import Embedder
 from tkg.errors import ConfigurationError, ValidationError
 from tkg.locks import MemoryLocks
 from tkg.models import Entity, Fact, Kind, check_group_id
-from tkg.persistence import file_path
+from tkg.persistence import file_path, shared_temporary
 from tkg.revisions import check_history
 from tkg.storage import Store, WriteBatch
 
@@ -187,7 +186,7 @@ def _write_all(files: Sequence[tuple[Path, Callable[[Path], None]]]) -> None:
     target = files[0][0]
     try:
         for target, write in files:
-            fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            fd, temporary = shared_temporary(target, "")
             os.close(fd)
             written.append((temporary, target))
             write(Path(temporary))

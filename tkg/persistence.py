@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,19 @@ def file_path(path: object, what: str = "a memory's file path") -> Path:
         if isinstance(text, str) and text and "\x00" not in text:
             return Path(text)
     raise ValidationError(f"{what} must be a non-empty string or path, not {path!r}")
+
+
+def shared_temporary(target: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """A new temporary file beside ``target`` (its descriptor, open for writing, and its path) with the permissions
+    any new file there gets (0666 less the umask), for files others read -- exports, pictures -- once renamed into
+    place; ``tempfile.mkstemp`` makes them 0600."""
+    directory = target.parent if str(target.parent) else Path(".")
+    while True:
+        path = directory / f".{target.name}.{secrets.token_hex(6)}{suffix}"
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), str(path)
+        except FileExistsError:
+            continue
 
 
 def unsavable(path: Path) -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tkg.errors import NotFoundError, ValidationError
 from tkg.models import Entity, Fact, Kind, check_group_id
+from tkg.persistence import shared_temporary
 from tkg.timeline import believed_invalid_at
 from tkg.timeutil import iso
 
@@ -141,8 +141,7 @@ def writable_path(path: str | os.PathLike[str]) -> Path:
 
 def write_atomic(target: Path, data: bytes) -> None:
     """Write to a temporary file beside ``target`` and rename it into place: readers never see half a file."""
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = shared_temporary(target)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
