@@ -518,3 +518,14 @@ def test_hybrid_search_ranks_alike_on_every_backend(make_store, bag_of_words):
             )
         results.append(found)
     assert results[0] == results[1]
+
+
+def test_equal_texts_score_at_most_one_and_come_in_insertion_order(make_store):
+    """A vector with itself came out an ulp above 1 (1.0000001); equal texts tie exactly, first stored first."""
+    store = make_store(EMB.dim)
+    said = "message number 41 ok"  # its float32 product with itself is 1.0000001
+    texts = [said, "something else", *[said] * 30]
+    store.write(WriteBatch(puts=[episode(i, t=i, text=t) for i, t in enumerate(texts)]))
+    hits = store.vector_search(Kind.EPISODE, EMB.embed([said])[0], 5, scope())
+    assert [h.id for h in hits] == ["ep0", "ep2", "ep3", "ep4", "ep5"]
+    assert all(h.score <= 1.0 for h in hits) and len({h.score for h in hits}) == 1

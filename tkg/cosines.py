@@ -32,4 +32,10 @@ def cosines(
     # einsum, not `@`: a matrix-vector product through multithreaded OpenBLAS is ~100x slower when another
     # process holds a core (its threads spin); einsum stays single-threaded and predictable.
     dots: npt.NDArray[np.float32] = np.einsum("ij,j->i", rows, query)
-    return (dots * scales).astype(np.float32)
+    return bounded(dots * scales)
+
+
+def bounded(scores: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+    """Products of rows and their ``1 / norm`` as cosines: float32, within [-1, 1] (a vector with itself may come
+    out an ulp above 1)."""
+    return np.clip(scores, -1.0, 1.0).astype(np.float32, copy=False)

@@ -30,7 +30,7 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
-from tkg.cosines import inverse_norm
+from tkg.cosines import bounded, inverse_norm
 from tkg.selection import Mask, top_k
 
 from .arrays import Column
@@ -557,8 +557,8 @@ class VectorIndex:
         best: list[tuple[int, float]] = []
         for part in _chunks(slots):
             # as tkg.cosines.cosines, whichever rows of a chunk are read (a row's product is the same either way)
-            scores = self._dots(part, query) * scale[part]
-            best = _merge(best, top_k(part, scores.astype(np.float32), k), k)
+            scores = bounded(self._dots(part, query) * scale[part])
+            best = _merge(best, top_k(part, scores, k), k)
         return best
 
     def _graph_search(

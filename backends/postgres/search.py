@@ -222,10 +222,11 @@ def _index_walk_or_exact(
 
 
 def _tied_past_the_cut(distances: Sequence[float | None], k: int, read: int) -> bool:
-    """Did a read of ``read`` rows stop among rows as close as its ``k``-th (pgvector's distances, an ulp or so
-    off the exact ones), so that one it left out may tie with those it kept?"""
+    """Did a read of ``read`` rows stop among rows nearly as close as its ``k``-th (pgvector's distances, an ulp or
+    so off the exact ones), so that one it left out may tie with those it kept?"""
     known = sorted(d for d in distances if d is not None and not math.isnan(d))
-    return len(distances) >= read and len(known) > k and known[-1] <= known[k - 1] + _DISTANCE_SLACK
+    # rows of exactly the k-th's distance (one text stored many times) come in insertion order: no need to read on
+    return len(distances) >= read and len(known) > k and known[k - 1] < known[-1] <= known[k - 1] + _DISTANCE_SLACK
 
 
 def _exact_scores(vectors: Sequence[Any], query: npt.NDArray[np.float32]) -> list[float]:
