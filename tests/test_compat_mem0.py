@@ -689,3 +689,28 @@ def test_filters_on_created_and_updated_times() -> None:
     assert found({"updated_at": {"gt": "2024-05-01T09:00:00-02:00"}}) == ["second"]  # 11:00 UTC
     assert found({"created_at": {"gte": "not a date"}}) == []
     assert texts(m.search("second", filters={"user_id": "u", "created_at": {"gte": "2024-05-15"}})) == ["second"]
+
+
+def test_threshold_embeds_a_kept_message_s_text_once_and_only_when_its_vector_fails() -> None:
+    """Judging kept messages on their own text embedded every message a search found, on every search (a paid
+    embedder's cost); now only those their stored vector does not pass, each text once."""
+
+    class Counting(HashEmbedder):
+        texts = 0
+
+        def embed(self, texts: list[str]) -> Any:
+            Counting.texts += len(texts)
+            return super().embed(texts)
+
+    m = Memory(memory=TkgMemory(embedder=Counting(dim=64), clock=FixedClock("2024-05-01T00:00:00Z")))
+    for i in range(40):
+        m.add(f"note about topic {i}", user_id="u")
+    m.add("usb cable", user_id="u")
+    Counting.texts = 0
+    assert len(texts(m.search("note about topic", filters={"user_id": "u"}, threshold=0.1, limit=20))) == 20
+    # the query (search, threshold), and the one message found whose stored vector fails: "usb cable"
+    assert Counting.texts == 3
+    assert texts(m.search("usb cable", filters={"user_id": "u"}, threshold=0.88)) == ["usb cable"]
+    first = Counting.texts
+    assert texts(m.search("usb cable", filters={"user_id": "u"}, threshold=0.88)) == ["usb cable"]
+    assert Counting.texts - first == 2  # the second time, the messages' texts are known

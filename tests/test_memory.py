@@ -624,6 +624,9 @@ def test_the_last_episodes_said_before_a_time(make_store) -> None:
     assert said(group_ids=["g", "h"], before="2024-01-02T00:00:00Z") == ["Ann: message 1", "Ann: message 2"]
     assert said(group_ids="g", status="stored", last=1) == ["Ann: message 6"]
     assert said(group_ids="g", last=0) == []
+    for group in ("y", "x"):  # a tie across groups (one time, a clock standing still): as the listing orders it
+        memory.add_episode(f"X: from {group}", group_id=group, reference_time="2024-02-01T00:00:00Z", extract=False)
+    assert said(last=1) == said()[-1:] == said(status="stored", last=1) == ["X: from x"]
     for bad in (-1, 1.5, True):
         with pytest.raises(ValidationError, match="last must be"):
             memory.episodes(last=bad)

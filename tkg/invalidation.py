@@ -24,7 +24,7 @@ order, or removing one, gives what adding the others alone would have given. The
    statement, and the fact it restates ends at its start, so the statement holds over both intervals, once.
    But of the two, a fact with an end of its own stated after the other, from the same start or none said, is the
    newer word on when the statement ended: "works at Acme since 2020", then "worked at Acme until May" (or "from
-   2020 to May"), holds until May; a later stint ("in Acme's office during 2023") ends nothing.
+   2020 to May"), holds until May; a later stint ("at Acme during 2023") ends nothing.
    Otherwise it starts to hold, and every holding fact it contradicts ends at
    its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is

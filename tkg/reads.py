@@ -85,14 +85,10 @@ def episodes(
 ) -> list[Episode]:
     """Episodes of these groups (all groups: None), with this status when given, said at or before ``before``
     when given, by reference time, then creation, then store order; with ``last``, the latest ``last`` of them
-    (read from each group's timeline, :meth:`Store.recent_episodes`, when no status is asked)."""
-    if last is not None and status is None:
+    (of one group and any status: read from its timeline, :meth:`Store.recent_episodes`)."""
+    if last is not None and status is None and groups is not None and len(groups) == 1:
         until = before if before is not None else datetime.max.replace(tzinfo=UTC)
-        found = [
-            e
-            for g in sorted(groups if groups is not None else store.groups())
-            for e in store.recent_episodes(g, until, last)
-        ]
+        found = store.recent_episodes(next(iter(groups)), until, last)
     else:
         found = [
             e

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any, Self, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from tkg.compat.hits import merged, unextracted
 from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_group, scope_of, scopes_covered
@@ -60,6 +61,7 @@ SOURCE = "mem0"
 RESERVED = "tkg."
 _REPLACES = "tkg.replaces"
 _PREVIOUS = "tkg.previous"
+_SHOWN_VECTORS = 4096  # the vectors of kept messages' texts remembered for threshold (forgotten all at once)
 _SAID_BY = "tkg.said_by"  # an updated fact's (role, actor_id): those of the message the first version came from
 #: Mem0 configuration keys that have no meaning here (tkg has its own storage and ranking).
 _IGNORED_CONFIG = ("vector_store", "graph_store", "history_db_path", "reranker", "version", "custom_instructions")
@@ -80,6 +82,7 @@ class Memory:
         if memory is not None and config:
             raise ConfigurationError("give either a config or a tkg memory, not both")
         self._memory = memory if memory is not None else _memory_from_config(config or {})
+        self._shown_vectors: dict[str, Any] = {}  # a kept message's text -> its vector (see _above)
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> Self:
@@ -561,20 +564,24 @@ class Memory:
     def _above(
         self, query: str, scored: list[tuple[float, Fact | Episode]], threshold: float
     ) -> list[tuple[float, Fact | Episode]]:
-        """The memories whose text is at least ``threshold`` similar to the query by cosine: a fact's stored vector,
-        a kept message's text embedded here (its stored vector is of "Speaker: text", not of the memory shown)."""
-        messages = [r for _, r in scored if isinstance(r, Episode)]
-        texts = self._memory.embedder.embed([query, *(_parts(e)[2] for e in messages)]) if messages else None
-        vector = np.asarray(texts[0] if texts is not None else self._memory.embedder.embed([query])[0], np.float32)
-        shown = {e.id: texts[n] for n, e in enumerate(messages, start=1)} if texts is not None else {}
+        """The memories whose text is at least ``threshold`` similar to the query by cosine: a fact's stored vector;
+        a kept message's stored vector is of "Speaker: text", not of the memory shown, so a message that it does
+        not pass is judged again on its text, embedded here (each text once: remembered for later searches)."""
+        vector = _unit(self._memory.embedder.embed([query])[0])
+        first = [(score, record, _cosine(vector, record.embedding)) for score, record in scored]
+        again = {  # the kept messages their stored vector does not pass: their shown text
+            r.id: _parts(r)[2] for _, r, c in first if isinstance(r, Episode) and (c is None or c < threshold)
+        }
+        texts = [t for t in dict.fromkeys(again.values()) if t not in self._shown_vectors]
+        if texts:
+            if len(self._shown_vectors) + len(texts) > _SHOWN_VECTORS:
+                self._shown_vectors.clear()
+            self._shown_vectors.update(zip(texts, self._memory.embedder.embed(texts), strict=True))
         kept = []
-        for score, record in scored:
-            stored = shown.get(record.id) if isinstance(record, Episode) else record.embedding
-            if stored is None:
-                continue
-            other = np.asarray(stored, dtype=np.float32)
-            denominator = float(np.linalg.norm(vector) * np.linalg.norm(other)) or 1.0
-            if float(vector @ other) / denominator >= threshold:
+        for score, record, cosine in first:
+            if record.id in again:
+                cosine = _cosine(vector, self._shown_vectors.get(again[record.id]))
+            if cosine is not None and cosine >= threshold:
                 kept.append((score, record))
         return kept
 
@@ -741,6 +748,16 @@ def _when(timestamp: datetime | str | int | float | None) -> datetime | None:
 
 def _parts(episode: Episode) -> Message:
     return message_of(episode, SOURCE)
+
+
+def _unit(vector: Any) -> npt.NDArray[np.float32]:
+    row = np.asarray(vector, dtype=np.float32)
+    return row / (float(np.linalg.norm(row)) or 1.0)
+
+
+def _cosine(unit_query: npt.NDArray[np.float32], vector: Any) -> float | None:
+    """The cosine of a unit query and a vector (None: no vector)."""
+    return None if vector is None else float(unit_query @ _unit(vector))
 
 
 def _role_and_actor(episode: Episode) -> tuple[str, str | None]:
