@@ -439,7 +439,8 @@ def test_a_statement_said_over_several_intervals_holds_over_their_union_once(sai
     2019-2020 and again for 2020-2022 held for neither 2021 nor any later year (with no start said, "until 2020"
     then "until 2022": the same). At every instant the statement holds (in one fact, never two) exactly when one
     of the intervals it was said for covers it, whatever the order they arrive in."""
-    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z", tick=timedelta(seconds=1)))
+    # said and learnt at one instant (a clock standing still): no fact is the newer word on when it ended
+    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z"))
     said = [(start, 1 if years is None and not known else years, known) for start, years, known in said]
     arrivals = list(said)
     order.shuffle(arrivals)
@@ -592,4 +593,42 @@ def test_a_statement_said_again_at_the_same_time_is_the_latest_word(make_store: 
             reference_time="2024-03-01T00:00:00Z",
         )
     assert [f.fact for f in memory.get_all("g")] == ["Alice lives in Paris"]
+    check_invariants(memory)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_of_two_words_said_at_one_time_the_later_says_when_the_statement_ended(
+    make_store: Callable[[int], Store], order: tuple[int, ...]
+) -> None:
+    """ "Ann works at Acme since 2020", then in the same session (one reference time) "from 2020 to May 2024": the
+    second is the newer word, so the job ended in May. The newer-word rule compared statement times alone, which
+    tie, and the job held on; said the other way round, the open word is the newer one and it holds."""
+    memory = new_memory(make_store(EMB.dim))
+    words = [
+        FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z"),
+        FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z", invalid_at="2024-05-01T00:00:00Z"),
+    ]
+    for i in order:
+        memory.add_facts([words[i]], group_id="g", reference_time="2024-06-01T00:00:00Z")
+    held = [f.fact for f in memory.get_all("g", as_of="2024-07-01T00:00:00Z")]
+    assert held == ([] if order[-1] == 1 else ["Ann works at Acme"])
+    check_invariants(memory)
+
+
+def test_a_word_said_again_later_is_the_newer_word(make_store: Callable[[int], Store]) -> None:
+    """Acme since 2020 (said 2020), 2020-2022 (said 2023), then since 2020 again word for word (said 2024): the
+    latest word keeps the job. The repeat went into the first fact's provenance, which kept its first statement
+    time, so the 2023 word won; and adding the oldest word overturned the newest. Removing the repeat is as if it
+    had never been said."""
+    memory = new_memory(make_store(EMB.dim))
+    open_word = FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z")
+    ended = FactInput("Ann", "WORKS_AT", "Acme", valid_at="2020-01-01T00:00:00Z", invalid_at="2022-01-01T00:00:00Z")
+    memory.add_facts([open_word], group_id="g", reference_time="2020-06-01T00:00:00Z")
+    memory.add_facts([ended], group_id="g", reference_time="2023-06-01T00:00:00Z")
+    before = [f.fact for f in memory.get_all("g", as_of="2025-01-01T00:00:00Z")]
+    again = memory.add_facts([open_word], group_id="g", reference_time="2024-06-01T00:00:00Z")
+    assert [f.fact for f in memory.get_all("g", as_of="2025-01-01T00:00:00Z")] == ["Ann works at Acme"]
+    check_invariants(memory)
+    memory.remove_episode(again.episode.id)
+    assert [f.fact for f in memory.get_all("g", as_of="2025-01-01T00:00:00Z")] == before == []
     check_invariants(memory)

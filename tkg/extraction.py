@@ -610,7 +610,8 @@ class EpisodePlanner:
         single = self.settings.ontology.single_valued
         pool = self._component(new, plan)
         linked = list(pool.values())
-        settled = invalidation.history(linked, self._stated(linked, plan), single, self.now)
+        stated = self._stated(linked, plan)
+        settled = invalidation.history(linked, stated, single, self.now, said_last=last_sayings(linked, self._times))
         for fact_id, fact in settled.items():
             before = pool[fact_id]
             if fact is before:  # history() gives back the facts it does not change
@@ -690,6 +691,21 @@ class EpisodePlanner:
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def last_sayings(facts: Sequence[Fact], times: Mapping[str, datetime]) -> dict[str, tuple[datetime, datetime]]:
+    """When each fact was last said: of its episodes (their reference ``times``, as :func:`stated_times` read
+    them), the latest reference time, and when the memory learnt that episode's word (the fact's ``created_at``
+    for its first episode, the time recorded for each that stated it again); the fact's own statement time and
+    ``created_at`` when none is known."""
+    out = {}
+    for fact in facts:
+        learnt = {episode: at for episode, at in revisions.restated(fact)}
+        sayings = [(times[e], learnt.get(e, fact.created_at)) for e in fact.episodes if e in times]
+        out[fact.id] = max(sayings) if sayings else (fact.created_at, fact.created_at)
+    return out
+
+
 #: How far a store's cosine may differ from the planner's own product for the same two vectors (float32 rounding
 #: in another order): a store score is trusted to order facts only beyond it.
 _SCORE_NOISE = 1e-4

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,15 @@ from tkg.config import CommunityConfig, MemoryConfig
 from tkg.drafts import Draft, from_extraction, name_grams, speaker_of, time_mentions
 from tkg.embedders.base import Embedder, check_vectors
 from tkg.errors import ExtractionFailedError, LLMError, NotFoundError, TkgError, ValidationError
-from tkg.extraction import EpisodePlanner, GraphPlan, PlanSettings, Questions, linked_facts, stated_times
+from tkg.extraction import (
+    EpisodePlanner,
+    GraphPlan,
+    PlanSettings,
+    Questions,
+    last_sayings,
+    linked_facts,
+    stated_times,
+)
 from tkg.llm.base import LLMUsage
 from tkg.llm.guard import GuardedLLM
 from tkg.llm.prompts import extraction_prompt, reflection_prompt, resolution_prompt
@@ -458,11 +466,13 @@ class Ingestor:
         puts: dict[tuple[Kind, str], Record],
         result: RemovalResult,
         now: datetime,
+        learnt: Set[datetime] = frozenset(),
     ) -> None:
         """Settle again the history of every fact linked to what changed: the facts an episode took away
         (``gone``) and the facts in ``puts`` (its share of others' provenance, or an end given by hand), as if the
         episode had never been added: the verdicts the LLM gave are kept on the facts,
-        so nothing is asked again."""
+        so nothing is asked again. ``learnt``: when the episode's word on facts it stated again was learnt (a
+        change learnt then is undone with it, as one learnt with a fact it took away)."""
         changed = [f for f in puts.values() if isinstance(f, Fact)]
         if not gone and not changed:
             return
@@ -488,8 +498,9 @@ class Ingestor:
         cache: dict[str, datetime] = {}
         stated = stated_times(self.store, linked, cache, now)
         previous = {f.id: f for f in linked}
-        undone = {g.created_at for g in gone.values()}
-        for fact_id, fact in invalidation.history(linked, stated, single, now, undone).items():
+        undone = {g.created_at for g in gone.values()} | set(learnt)
+        said_last = last_sayings(linked, cache)
+        for fact_id, fact in invalidation.history(linked, stated, single, now, undone, said_last).items():
             before = previous[fact_id]
             if fact != before or fact_id in overrides:
                 puts[(Kind.FACT, fact_id)] = fact
@@ -504,15 +515,17 @@ class Ingestor:
         puts: dict[tuple[Kind, str], Record] = {}
         deletes: list[tuple[Kind, str]] = []
         gone: dict[str, Fact] = {}
+        learnt: set[datetime] = set()  # when its word on facts it stated again was learnt
         for fact in store.episode_facts(episode.id):
             if any(e != episode.id for e in fact.episodes):
                 puts[(Kind.FACT, fact.id)] = revisions.without_episode(fact, episode.id)
                 result.updated_facts.append(fact.id)
+                learnt.update(at for said, at in revisions.restated(fact) if said == episode.id)
             else:
                 gone[fact.id] = fact
                 deletes.append((Kind.FACT, fact.id))
                 result.deleted_facts.append(fact.id)
-        self._settle_without(gone, puts, result, now)
+        self._settle_without(gone, puts, result, now, learnt)
         mentions = store.mentions(episode_ids=[episode.id])
         deletes.extend((Kind.MENTION, m.id) for m in mentions)
         touched = [m.entity_id for m in mentions]

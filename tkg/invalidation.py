@@ -3,11 +3,11 @@
 Pure functions over :class:`tkg.models.Fact` values; nothing here reads a store or calls an LLM.
 
 A fact keeps what was said about it: its own interval ``[valid_at, own end)`` (:func:`own_end`: the end the episode
-gave it, kept in ``prior_invalid_at`` while the fact is superseded), the time it was stated (its episodes'
-reference time), when the memory learnt it (``created_at``: it orders only facts stated at one time), and the
-LLM's verdicts on the older facts it was compared with (``Fact.verdicts``). The history of a set of facts is a
-function of those alone (:func:`history`), never of the order they arrived in otherwise, so adding facts in any
-order, or removing one, gives what adding the others alone would have given. The rules:
+gave it, kept in ``prior_invalid_at`` while the fact is superseded), the times it was stated (its episodes'
+reference times: the first, and the last), when the memory learnt each (it orders only facts said at one time),
+and the LLM's verdicts on the older facts it was compared with (``Fact.verdicts``). The history of a set of facts
+is a function of those alone (:func:`history`), never of the order they arrived in otherwise, so adding facts in
+any order, or removing one, gives what adding the others alone would have given. The rules:
 
 1. **Same statement.** Two facts state the same thing when they have the same subject, relation and object and
    the same sentence (case, spacing and final punctuation aside), or the same subject, object and single-valued
@@ -17,12 +17,12 @@ order, or removing one, gives what adding the others alone would have given. The
    object) or the LLM judged one to contradict the other. Verdicts carry over within a statement: a fact restating
    another contradicts what that one contradicts.
 3. **The sweep.** The facts are taken in world-time order: by start (an unknown start is "since forever"), then by
-   the time they were stated (the newer information second; at one time, the fact the memory learnt last),
-   then by sentence, then the longer own end first.
+   the time they were last said (the newer word second: a fact said again is said anew; at one time, the word
+   the memory learnt last), then by sentence, then the longer own end first.
    A fact whose statement already holds when it starts restates it: it is kept with an empty interval,
    superseded by the fact it restates -- unless it holds on past that one's own end: then it continues the
    statement, and the fact it restates ends at its start, so the statement holds over both intervals, once.
-   But of the two, a fact with an end of its own stated after the other, from the same start or none said, is the
+   But of the two, a fact with an end of its own last said after the other, from the same start or none said, is the
    newer word on when the statement ended: "works at Acme since 2020", then "worked at Acme until May" (or "from
    2020 to May"), holds until May; a later stint ("at Acme during 2023") ends nothing.
    Otherwise it starts to hold, and every holding fact it contradicts ends at
@@ -239,18 +239,22 @@ def history(
     single_valued: Callable[[str], bool],
     now: datetime,
     undone: Set[datetime] = frozenset(),
+    said_last: Mapping[str, tuple[datetime, datetime]] | None = None,
 ) -> dict[str, Fact]:
     """The valid-time history of ``facts`` by the rules above: every fact, superseded or not, as it must now be
     stored (a fact whose history does not change is returned as given, the same object). ``stated`` maps each
     fact id to the time it was stated (the reference time of its earliest episode); ``now`` is the transaction time
     of any change; ``undone`` the transaction times of the facts a removal takes away (a change learnt then is
     undone with them). ``facts`` must hold every fact linked to another by a statement or a contradiction (a
-    component); facts outside it are not consulted."""
+    component); facts outside it are not consulted. ``said_last``: when each fact was last said, as (the latest
+    reference time of its episodes, when the memory learnt that word) -- a fact said again later is the newer
+    word; by default its statement time and when it was last learnt."""
     # The sweep reads a fact's own interval, statement and verdicts, none of which a supersession changes: it runs
     # over the facts as given and notes only who ends whom, when; each fact is rebuilt at most once, at the end.
     classes, conflicts = statements(facts, single_valued)
     ends = {f.id: own_end(f) for f in facts}
-    order = sorted(facts, key=lambda f: _sweep_key(f, stated))
+    last = {f.id: said_last[f.id] if said_last and f.id in said_last else _said_last(f, stated) for f in facts}
+    order = sorted(facts, key=lambda f: _sweep_key(f, last))
     superseded: dict[str, tuple[datetime, str]] = {}  # fact id -> (the end it is given, the fact that ends it)
     until = dict(ends)  # the end each fact holds to, as the sweep has decided so far
     holding: list[Fact] = []
@@ -259,7 +263,7 @@ def history(
         holding = [h for h in holding if _holds_at(h, until[h.id], start)]
         statement = classes.find(fact.id)
         restated = next((h for h in holding if classes.find(h.id) == statement), None)
-        if restated is not None and not _carries_on(fact, ends, restated, until[restated.id], stated):
+        if restated is not None and not _carries_on(fact, ends, restated, until[restated.id], last):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
         ended = start if start is not None else stated.get(fact.id, _NEVER)
@@ -279,24 +283,21 @@ def history(
     return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now, present, undone) for f in order}
 
 
-def _sweep_key(fact: Fact, stated: Mapping[str, datetime]) -> tuple[object, ...]:
-    """World-time order: start (unknown first), time stated, time last learnt (of facts stated at one time, as
-    the messages of a session stamped with its date, the one said last is the newer word), sentence, relation, and the
-    longer own end first (a fact that holds longer is not restated by one that ends at once); the id only between
-    true twins."""
+def _sweep_key(fact: Fact, said_last: Mapping[str, tuple[datetime, datetime]]) -> tuple[object, ...]:
+    """World-time order: start (unknown first), when last said (the newer word second; of facts said at one time,
+    as the messages of a session stamped with its date, the one the memory learnt last), sentence, relation, and
+    the longer own end first (a fact that holds longer is not restated by one that ends at once); the id only
+    between true twins."""
     end = own_end(fact)
     longest = (0, 0.0) if end is None else (1, -(end - _BEFORE_ALL).total_seconds())
-    again = fact.attributes.get(RESTATED_BY)  # said again (a verbatim repeat): learnt again then
+    return (fact.valid_at or _BEFORE_ALL, said_last[fact.id], text_key(fact.fact), fact.relation, longest, fact.id)
+
+
+def _said_last(fact: Fact, stated: Mapping[str, datetime]) -> tuple[datetime, datetime]:
+    """A fact's last saying when only its statement time is known: then, learnt when it was last learnt."""
+    again = fact.attributes.get(RESTATED_BY)
     learnt = max([fact.created_at, *(t for _, t in said_again(fact))]) if again else fact.created_at
-    return (
-        fact.valid_at or _BEFORE_ALL,
-        stated.get(fact.id, _BEFORE_ALL),
-        learnt,
-        text_key(fact.fact),
-        fact.relation,
-        longest,
-        fact.id,
-    )
+    return stated.get(fact.id, _BEFORE_ALL), learnt
 
 
 def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
@@ -308,7 +309,7 @@ def _carries_on(
     ends: Mapping[str, datetime | None],
     restated: Fact,
     restated_end: datetime | None,
-    stated: Mapping[str, datetime],
+    said_last: Mapping[str, tuple[datetime, datetime]],
 ) -> bool:
     """Does ``fact``, restating ``restated`` (holding at its start until ``restated_end``), carry the statement on
     from its start, rather than being empty? When it holds on past that end; and when it ends sooner but is the
@@ -318,7 +319,7 @@ def _carries_on(
     in sweep order), and ``fact`` does not carry it on ("works at Acme since 2020", then "worked at Acme until
     May")."""
     end = ends[fact.id]
-    fact_said, restated_said = stated.get(fact.id, _BEFORE_ALL), stated.get(restated.id, _BEFORE_ALL)
+    fact_said, restated_said = said_last[fact.id], said_last[restated.id]
     if restated_end is None or (end is not None and end <= restated_end):
         # the newer word when it covers the restated fact's start: a later stint ("in Paris in 2015", said after
         # "in Paris since 2010") says nothing of when the statement ended
