@@ -265,3 +265,36 @@ def test_a_failed_export_leaves_every_file_as_it_was(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="path"):
         Memory.open(str(tmp_path / "a\x00b"), embedder=EMB)
     assert memory.export(folder / "facts.csv" / "all.jsonl") > 0  # and a good export still works
+
+
+def test_exports_and_pictures_are_made_with_the_umask_s_permissions(tmp_path: Path) -> None:
+    """They came out 0600 (tempfile.mkstemp's), whatever the umask: neo4j-admin import, running as its own user,
+    could not read them, nor a web server the graph page."""
+    import os
+
+    from tkg.pictures import render_neighbourhood
+
+    memory = memory_with_history()
+    ann = memory.find_entities("Ann", group_ids=["ann"])[0]
+    previous = os.umask(0o022)
+    try:
+        for format, name in (("jsonl", "m.jsonl"), ("csv", "m.csv"), ("graphml", "m.graphml"), ("neo4j", "neo")):
+            memory.export(tmp_path / name, format=format)
+        render_neighbourhood(memory, ann.id, tmp_path / "ann.html")
+    finally:
+        os.umask(previous)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) == 6 and {oct(p.stat().st_mode & 0o777) for p in written} == {"0o644"}
+
+
+def test_a_label_holding_the_separator_is_refused_and_an_llm_s_is_cut_there(tmp_path: Path) -> None:
+    """ "Tea Lover;Admin" was stored as one label and came out as three in Neo4j's :LABEL column ('Admin' made up)."""
+    from tkg import ScriptedLLM
+
+    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z"))
+    with pytest.raises(ValidationError, match="give one label"):
+        memory.add_facts([FactInput("Ann", "LIKES", "Tea", subject_label="Tea Lover;Admin")], group_id="g")
+    llm = ScriptedLLM([{"entities": [{"name": "Ann", "label": "Person;Admin"}], "facts": []}])
+    memory = Memory(embedder=EMB, llm=llm, clock=FixedClock("2025-01-01T00:00:00Z"))
+    memory.add_episode("Ann: hello", group_id="g")
+    assert [e.labels for e in memory.records(Kind.ENTITY)] == [("Entity", "Person")]

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from tkg.llm.schema import GraphExtraction
-from tkg.models import has_relation_name, relation_name
+from tkg.models import LABEL_SEPARATOR, has_relation_name, relation_name
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
 from tkg.temporal import resolve_time
@@ -82,8 +82,10 @@ class Draft:
     def add_entity(
         self, name: str, label: str = "Entity", summary: str = "", attributes: dict[str, Any] | None = None
     ) -> str:
-        """Add (or enrich) the entity called ``name``; returns the name as kept."""
+        """Add (or enrich) the entity called ``name``; returns the name as kept. A label is one label: what an LLM
+        lists after a ``;`` is left out."""
         name = " ".join(name.split())
+        label = label.split(LABEL_SEPARATOR)[0].strip() or "Entity"
         key = normalize_name(name)
         entity = self._by_key.get(key)
         if entity is not None:

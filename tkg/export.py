@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from tkg.codec import decode_record, encode_record
 from tkg.errors import ValidationError
-from tkg.models import Entity, Fact, Kind, Record, check_fields
+from tkg.models import LABEL_SEPARATOR, Entity, Fact, Kind, Record, check_fields
 
 FORMATS = ("jsonl", "csv", "graphml", "neo4j")
 FORMAT_VERSION = 1
@@ -143,7 +143,7 @@ def write_graphml(path: Path, facts: Sequence[Fact], entities: Sequence[Entity])
     graph.vs["tkg_id"] = [e.id for e in entities]  # "id" is GraphML's own node attribute
     graph.vs["name"] = [_xml(e.name) for e in entities]
     graph.vs["group_id"] = [e.group_id for e in entities]
-    graph.vs["labels"] = [_xml(";".join(e.labels)) for e in entities]
+    graph.vs["labels"] = [_xml(LABEL_SEPARATOR.join(e.labels)) for e in entities]
     graph.vs["summary"] = [_xml(e.summary) for e in entities]
     graph.es["tkg_id"] = [f.id for f in kept]
     graph.es["relation"] = [f.relation for f in kept]
@@ -162,9 +162,8 @@ def write_neo4j_entities(out: IO[str], entities: Sequence[Entity]) -> None:
     writer = csv.writer(out)
     writer.writerow(["id:ID", "name", "group_id", "summary", ":LABEL"])
     for e in entities:
-        writer.writerow(
-            [e.id, e.name, e.group_id, e.summary, ";".join(["Entity", *(x for x in e.labels if x != "Entity")])]
-        )
+        labels = LABEL_SEPARATOR.join(["Entity", *(x for x in e.labels if x != "Entity")])
+        writer.writerow([e.id, e.name, e.group_id, e.summary, labels])
 
 
 def write_neo4j_facts(out: IO[str], facts: Sequence[Fact]) -> None:

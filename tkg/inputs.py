@@ -17,6 +17,7 @@ from tkg.config import MemoryConfig
 from tkg.drafts import Draft, add_fact
 from tkg.errors import EpisodeError, TimestampError, ValidationError
 from tkg.models import (
+    LABEL_SEPARATOR,
     Episode,
     EpisodeSource,
     check_group_id,
@@ -85,6 +86,8 @@ class FactInput:
             if not isinstance(label, str) or not label.strip():
                 raise ValidationError(f"a fact's {name} (an entity label) must be a non-empty string, got {label!r}")
             check_text(label, "an entity label")
+            if LABEL_SEPARATOR in label:  # the exports list labels with it (GraphML, Neo4j's :LABEL column)
+                raise ValidationError(f"a fact's {name} {label!r} holds {LABEL_SEPARATOR!r}: give one label")
         if fact.fact is not None:
             if not isinstance(fact.fact, str):
                 raise ValidationError(f"fact text must be a string, got {type(fact.fact).__name__}")

@@ -257,6 +257,11 @@ def check_fields(record: Any) -> None:
             check_storable(value, what)
 
 
+#: What separates an entity's labels where they are listed in one field (GraphML, Neo4j's ``:LABEL`` column): a
+#: label never holds it (the caller's is refused, the LLM's cut there).
+LABEL_SEPARATOR = ";"
+
+
 def has_relation_name(text: str) -> bool:
     """Whether :func:`relation_name` finds a name in ``text`` (a letter or digit A-Z, 0-9), rather than falling back
     to ``RELATES_TO``."""
