@@ -42,6 +42,11 @@ def exact(vectors: dict[int, np.ndarray], query: np.ndarray, k: int, mask: np.nd
     return scored[:k]
 
 
+def unit(vector: np.ndarray) -> np.ndarray:
+    """A query as the store gives the index one: unit length (check_vectors), so scores are cosines."""
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op_st, min_size=1, max_size=40), seed=st.integers(0, 2**16), k=st.integers(1, 8))
 def test_folding_in_steps_between_writes_keeps_search_exact(ops: list[tuple[str, int, int]], seed: int, k: int) -> None:
@@ -70,7 +75,7 @@ def test_folding_in_steps_between_writes_keeps_search_exact(ops: list[tuple[str,
         elif op == "flush":
             index.flush()
             folds.clear()
-        query = rng.standard_normal(DIM).astype(np.float32)
+        query = unit(rng.standard_normal(DIM))
         for mask in (np.ones(64, dtype=np.bool_), rng.random(64) < 0.5):  # masks cover every slot (0-40)
             got = index.search(query, k, mask)
             want = exact(live, query, k, mask)
@@ -194,7 +199,7 @@ def test_exact_scores_over_chunks_and_spans_equal_the_scores_of_each_row(seed: i
         live[slot] = rng.standard_normal(DIM).astype(np.float32)
         index.set(slot, live[slot])
     mask = rng.random(400) < density
-    query = rng.standard_normal(DIM).astype(np.float32)
+    query = unit(rng.standard_normal(DIM))
     found = index.search(query, k, mask)
     expected = exact(live, query, k, mask)
     assert [s for s, _ in found] == [s for s, _ in expected]
@@ -276,7 +281,7 @@ def test_the_candidates_are_the_closest_by_sketch_equal_distances_in_slot_order(
     EXACT_UP_TO, all of them. 8-d vectors: their sketches tie often."""
     rng = np.random.default_rng(9)
     vectors = rng.standard_normal((3 * EXACT_UP_TO, DIM)).astype(np.float32)
-    query = rng.standard_normal(DIM).astype(np.float32)
+    query = unit(rng.standard_normal(DIM))
     sketches = Sketches()
     slots = np.sort(rng.choice(len(vectors), 2 * EXACT_UP_TO, replace=False))
     distance = np.bitwise_count(sketch(vectors[slots]) ^ sketch(query[None, :])).sum(axis=1)
@@ -300,7 +305,7 @@ def test_searches_with_one_query_over_one_span_share_a_scan_that_sees_changed_ve
 
     rng = np.random.default_rng(11)
     vectors = rng.standard_normal((4 * EXACT_UP_TO, DIM)).astype(np.float32)
-    query = rng.standard_normal(DIM).astype(np.float32)
+    query = unit(rng.standard_normal(DIM))
     slots = np.arange(len(vectors))
     mine = rng.random(len(vectors)) < 0.4
     mine[-50:] = True  # the last slots are the second search's only
