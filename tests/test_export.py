@@ -298,3 +298,18 @@ def test_a_label_holding_the_separator_is_refused_and_an_llm_s_is_cut_there(tmp_
     memory = Memory(embedder=EMB, llm=llm, clock=FixedClock("2025-01-01T00:00:00Z"))
     memory.add_episode("Ann: hello", group_id="g")
     assert [e.labels for e in memory.records(Kind.ENTITY)] == [("Entity", "Person")]
+
+
+def test_a_graphml_export_without_facts_or_entities_declares_its_attributes_as_text(tmp_path: Path) -> None:
+    """igraph declared every attribute of an empty list boolean: tools that take the columns from the keys (Gephi)
+    got boolean columns."""
+    import igraph
+
+    memory = Memory(embedder=EMB, clock=FixedClock("2025-01-01T00:00:00Z"))
+    memory.export(tmp_path / "empty.graphml", format="graphml")
+    memory.add_episode("Ann: hello", group_id="g", extract=False)  # an entity (the speaker), no fact
+    memory.export(tmp_path / "nodes.graphml", format="graphml")
+    for name in ("empty.graphml", "nodes.graphml"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert 'attr.type="boolean"' not in text and text.count('attr.type="string"') == 12
+        igraph.Graph.Read_GraphML(str(tmp_path / name))

@@ -151,6 +151,10 @@ def write_graphml(path: Path, facts: Sequence[Fact], entities: Sequence[Entity])
     for name in ("valid_at", "invalid_at", "created_at", "expired_at"):
         graph.es[name] = [_iso(getattr(f, name)) for f in kept]
     graph.write_graphml(str(path))
+    # Every attribute is text; igraph declares one whose list is empty (no entities, or no facts) boolean.
+    text = path.read_text(encoding="utf-8")
+    head, body = text.split("<graph ", 1)
+    path.write_text(head.replace('attr.type="boolean"', 'attr.type="string"') + "<graph " + body, encoding="utf-8")
 
 
 # -- neo4j ------------------------------------------------------------------------------------------------------
