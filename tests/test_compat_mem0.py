@@ -714,3 +714,19 @@ def test_threshold_embeds_a_kept_message_s_text_once_and_only_when_its_vector_fa
     first = Counting.texts
     assert texts(m.search("usb cable", filters={"user_id": "u"}, threshold=0.88)) == ["usb cable"]
     assert Counting.texts - first == 2  # the second time, the messages' texts are known
+
+
+def test_filters_on_a_list_of_tags() -> None:
+    """contains, icontains, in and nin on list-valued metadata matched nothing (or everything, for nin)."""
+    m = offline()
+    m.add("first", user_id="u", metadata={"tags": ["Work", "urgent"]})
+    m.add("second", user_id="u", metadata={"tags": ["home"]})
+    m.add("third", user_id="u", metadata={"tags": "work and play"})
+
+    def found(condition: dict[str, Any]) -> list[str]:
+        return sorted(texts(m.get_all(filters={"user_id": "u", "tags": condition})))
+
+    assert found({"contains": "urgent"}) == ["first"]
+    assert found({"icontains": "work"}) == ["first", "third"]  # a tag equal but for case; a text holding it
+    assert found({"in": ["home", "urgent"]}) == ["first", "second"]
+    assert found({"nin": ["home"]}) == ["first", "third"]

@@ -148,7 +148,7 @@ def _value_matches(present: bool, actual: Any, expected: Any) -> bool:
                 return False
             continue
         if op == "nin":
-            if present and actual in _listed(operand, op):
+            if present and _any_in(actual, _listed(operand, op)):
                 return False
             continue
         if not present or not _compare(op, actual, operand):
@@ -176,15 +176,30 @@ def _compare(op: str, actual: Any, operand: Any) -> bool:
     if op == "eq":
         return bool(actual == operand)
     if op == "in":
-        return actual in _listed(operand, op)
+        return _any_in(actual, _listed(operand, op))
     if op in ("contains", "icontains"):
-        if not isinstance(actual, str) or not isinstance(operand, str):
+        if not isinstance(operand, str):
+            return False
+        if isinstance(actual, list):  # a list of tags: one of them is the operand
+            return any(isinstance(a, str) and _same_text(op, a, operand) for a in actual)
+        if not isinstance(actual, str):
             return False
         return operand in actual if op == "contains" else operand.casefold() in actual.casefold()
     try:
         return bool(_ORDER[op](actual, operand))
     except TypeError:  # e.g. a string against a number: not a match
         return False
+
+
+def _any_in(actual: Any, listed: list[Any]) -> bool:
+    """Is ``actual`` among ``listed`` -- or, a list itself (tags), is one of its values?"""
+    if isinstance(actual, list):
+        return any(a in listed for a in actual)
+    return actual in listed
+
+
+def _same_text(op: str, a: str, b: str) -> bool:
+    return a == b if op == "contains" else a.casefold() == b.casefold()
 
 
 def _as_time(value: Any) -> datetime | None:
