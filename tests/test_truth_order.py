@@ -628,3 +628,17 @@ def test_a_word_said_again_later_is_the_newer_word(make_store: Callable[[int], S
     memory.remove_episode(again.episode.id)
     assert [f.fact for f in memory.get_all("g", as_of="2025-01-01T00:00:00Z")] == before == []
     check_invariants(memory)
+
+
+def test_a_fact_with_no_start_said_again_ends_the_other_when_said_again(make_store: Callable[[int], Store]) -> None:
+    """Paris until 2030 (said 2020), Rome until 2030 (said 2022), then Paris again word for word (said 2024): Paris
+    is the newer word, and ends Rome when it was said again -- it ended Rome in 2020, when Paris was first said,
+    two years before Rome was said at all."""
+    memory = new_memory(make_store(EMB.dim))
+    for city, said in (("Paris", "2020-06-01"), ("Rome", "2022-06-01"), ("Paris", "2024-06-01")):
+        memory.add_episode(f"Ann: I LIVES_IN {city} until 2030.", group_id="g", reference_time=f"{said}T00:00:00Z")
+    names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+    ends = {names[f.target_id]: f.invalid_at for f in memory.get_all("g", include_invalidated=True)}
+    assert ends == {"Paris": YEAR(2030, 1, 1), "Rome": datetime(2024, 6, 1, tzinfo=UTC)}
+    # (two facts with no start both hold before their ends: each says "since forever"; not checked here)
+    assert "Ann lives in Rome" in [f.fact for f in memory.get_all("g", as_of="2023-01-01T00:00:00Z")]

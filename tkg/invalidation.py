@@ -29,7 +29,7 @@ any order, or removing one, gives what adding the others alone would have given.
    its start: old ``invalid_at`` = new ``valid_at``, ``invalidated_by`` = the new fact, ``prior_invalid_at`` = the
    old one's own end. A fact whose own end comes first simply ends. So a fact about the past that arrives late is
    stored already superseded, and it shortens the facts it falls inside, exactly as if it had arrived in order.
-   A fact that starts "since forever" and is superseded by another such fact ends when that one was stated, or
+   A fact that starts "since forever" and is superseded by another such fact ends when that one was (last) said, or
    at its own end if that comes first (then it is not superseded: it simply ends); until then, a fact that starts
    before may still end it earlier or carry it on.
 4. **Transaction time.** ``expired_at`` is set when the memory learns that a fact is superseded, kept while that
@@ -266,7 +266,7 @@ def history(
         if restated is not None and not _carries_on(fact, ends, restated, until[restated.id], last):
             superseded[fact.id] = (start if start is not None else _NEVER, restated.id)
             continue
-        ended = start if start is not None else stated.get(fact.id, _NEVER)
+        ended = start if start is not None else last[fact.id][0]  # no start: from when it was (last) said
         kept = []
         for h in holding:
             if h is restated:  # carried on from this fact's start (with no start either: it covers it whole)
@@ -297,7 +297,7 @@ def _said_last(fact: Fact, stated: Mapping[str, datetime]) -> tuple[datetime, da
     """A fact's last saying when only its statement time is known: then, learnt when it was last learnt."""
     again = fact.attributes.get(RESTATED_BY)
     learnt = max([fact.created_at, *(t for _, t in said_again(fact))]) if again else fact.created_at
-    return stated.get(fact.id, _BEFORE_ALL), learnt
+    return stated.get(fact.id, _NEVER), learnt
 
 
 def _ends_at_or_after(end: datetime | None, at: datetime) -> bool:
