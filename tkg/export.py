@@ -151,6 +151,8 @@ def write_graphml(path: Path, facts: Sequence[Fact], entities: Sequence[Entity])
     for name in ("valid_at", "invalid_at", "created_at", "expired_at"):
         graph.es[name] = [_iso(getattr(f, name)) for f in kept]
     graph.write_graphml(str(path))
+    if entities and kept:
+        return
     # Every attribute is text; igraph declares one whose list is empty (no entities, or no facts) boolean.
     text = path.read_text(encoding="utf-8")
     head, body = text.split("<graph ", 1)

@@ -221,6 +221,17 @@ def _index_walk_or_exact(
     return run
 
 
+def _read_past_the_cut(read: Callable[[int], list[Any]], distance: Callable[[Any], float | None], k: int) -> list[Any]:
+    """The rows of ``read(limit)`` (closest first by pgvector's distance) for the best ``k`` by exact score:
+    _PAST_THE_CUT past k, and four times as many while the rows read end among near ties of the k-th."""
+    limit = int(k) + _PAST_THE_CUT
+    while True:
+        rows = read(limit)
+        if not _tied_past_the_cut([distance(row) for row in rows], k, limit):
+            return rows
+        limit *= 4  # more rows nearly as close as the k-th than were read
+
+
 def _tied_past_the_cut(distances: Sequence[float | None], k: int, read: int) -> bool:
     """Did a read of ``read`` rows stop among rows nearly as close as its ``k``-th (pgvector's distances, an ulp or
     so off the exact ones), so that one it left out may tie with those it kept?"""
@@ -262,7 +273,7 @@ class Search(Session):
         query = check_vectors(vector, self.dim)[0]
         if k <= 0:
             return []
-        params: dict[str, Any] = {"q": query, "k": int(k) + _PAST_THE_CUT}
+        params: dict[str, Any] = {"q": query}
         where = scope_where(kind, scope, params)
         table = TABLES[kind].name
         # The first form walks the HNSW index over the rows in it (marked indexed) and scores the rows not in it yet
@@ -281,11 +292,11 @@ class Search(Session):
             f"SELECT id, seq, {column}, {column} <=> %(q)s, false FROM {{s}}.{table} WHERE {column} IS NOT NULL AND "
             f"{where} ORDER BY ({column} <=> %(q)s) + 0, seq LIMIT %(k)s"
         )
-        while True:
-            rows = self._read(_index_walk_or_exact(walk, exact, params, int(params["k"])))
-            if not _tied_past_the_cut([row[3] for row in rows], k, int(params["k"])):
-                break
-            params["k"] *= 4  # more rows as close as the k-th than were read (one text stored many times)
+
+        def read(limit: int) -> list[Any]:
+            return self._read(_index_walk_or_exact(walk, exact, {**params, "k": limit}, limit))
+
+        rows = _read_past_the_cut(read, lambda row: row[3], k)
         scores = _exact_scores([row[2] for row in rows], query)
         hits = sorted(
             zip(scores, (row[1] for row in rows), (row[0] for row in rows), strict=True), key=lambda h: (-h[0], h[1])
@@ -333,12 +344,11 @@ class Search(Session):
             f"{columns}, best.distance FROM best JOIN {{s}}.facts USING (seq) ORDER BY best.distance, seq"
         )
         # read past k and scored again exactly, as in vector_search
-        params["read"] = int(k) + _PAST_THE_CUT
-        while True:
-            rows = self._read(lambda cur: cur.execute(statement, params).fetchall())
-            if not _tied_past_the_cut([row[-1] for row in rows], k, params["read"]):
-                break
-            params["read"] *= 4
+        rows = _read_past_the_cut(
+            lambda limit: self._read(lambda cur: cur.execute(statement, {**params, "read": limit}).fetchall()),
+            lambda row: row[-1],
+            k,
+        )
         facts = from_rows(Kind.FACT, [row[:-1] for row in rows])
         scores = _exact_scores([f.embedding for f in facts], query)
         found = sorted(zip(scores, (row[0] for row in rows), facts, strict=True), key=lambda h: (-h[0], h[1]))
