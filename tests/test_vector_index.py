@@ -298,9 +298,10 @@ def test_searches_with_one_query_over_one_span_share_a_scan_that_sees_changed_ve
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An episode's two searches around an entity (its relation, then the others) ask with one query over one span
-    of slots: the second reads the first scan's distances, also when its slots end after the first's (the newest
-    fact is of its relation, first sketched now). Its candidates are those of a fresh scan, and a vector set again
-    in between is sketched and measured anew (the old distances are not reused)."""
+    of slots: the second reads the first scan's distances, also when its slots start before the first's (the
+    oldest fact is of its relation) and end after them (the newest is, first sketched now). Its candidates are
+    those of a fresh scan, and a vector set again in between is sketched and measured anew (the old distances are
+    not reused)."""
     from tkg.backends.memory import sketches as sketches_module
 
     rng = np.random.default_rng(11)
@@ -308,7 +309,7 @@ def test_searches_with_one_query_over_one_span_share_a_scan_that_sees_changed_ve
     query = unit(rng.standard_normal(DIM))
     slots = np.arange(len(vectors))
     mine = rng.random(len(vectors)) < 0.4
-    mine[-50:] = True  # the last slots are the second search's only
+    mine[:50] = mine[-50:] = True  # the first and the last slots are the second search's only
     one, other = slots[~mine], slots[mine]  # the first scans the span whole, the second reads it
     size = len(vectors)
 

@@ -83,9 +83,11 @@ class Sketches:
         if last is not None and last[0] == key and last[2] <= low and high <= last[2] + len(last[3]):
             return last[3][slots - last[2]]
         mine = sketch(query[None, :])[0]
-        # scan the span and read it at the slots, else gather; the span to the index's last slot when that stays
-        # dense (the next search's slots may end after these)
-        end = self._ready.size if 4 * len(slots) >= self._ready.size - low else high
+        # Scan the span and read it at the slots, else gather. The span is the whole index when that stays dense,
+        # else the index's end when that does: the next search's slots may start before these and end after them
+        # (the other relation's facts around the same entity, the oldest or the newest of them).
+        size = self._ready.size
+        low, end = (0, size) if 4 * len(slots) >= size else (low, size if 4 * len(slots) >= size - low else high)
         dense = 4 * len(slots) >= end - low
         distance = np.zeros(end - low if dense else len(slots), dtype=np.uint16)
         for word, bits in zip(self._words, mine.tolist(), strict=True):
