@@ -15,6 +15,7 @@ from tkg import (
     BackgroundIngestor,
     ConfigurationError,
     EpisodeError,
+    EpisodeInput,
     EpisodeStatus,
     FactInput,
     FixedClock,
@@ -26,6 +27,7 @@ from tkg import (
     NotFoundError,
     RulesLLM,
     TimestampError,
+    ValidationError,
     WaitTimeoutError,
 )
 
@@ -268,3 +270,116 @@ def test_metadata_goes_through_every_door_of_an_episode() -> None:
         ingestor.wait(ids[-1], timeout=30)
     doors = [memory.get(Kind.EPISODE, i).attributes["metadata"]["door"] for i in ids]  # type: ignore[attr-defined]
     assert doors == ["async", "submit", "ingestor"]
+
+
+def test_a_batch_is_refused_as_the_memory_refuses_it() -> None:
+    """A string, a mapping or one input is not a batch: the awaited calls refuse them with the memory's own error
+    (the string is not split into one episode per character), and nothing is stored."""
+    memory = make_memory(RulesLLM())
+
+    async def main() -> None:
+        async with AsyncMemory(memory) as amem:
+            for episodes in ("hello", {"content": "Ann: I LIVES_IN Rome.", "group_id": "g"}, EpisodeInput("hi"), 5):
+                with pytest.raises(ValidationError, match="add_episodes takes an iterable"):
+                    await amem.add_episodes(episodes)  # type: ignore[arg-type]
+            for facts in (None, 5, FactInput("Ann", "LIKES", "Tea"), "Ann likes tea", {"source": "Ann"}):
+                with pytest.raises(ValidationError, match="add_facts takes an iterable"):
+                    await amem.add_facts(facts, group_id="g")  # type: ignore[arg-type]
+
+    asyncio.run(main())
+    assert memory.records(Kind.EPISODE) == []
+
+
+def test_every_aclose_returns_once_the_close_is_done() -> None:
+    """aclose is idempotent, and every call returns only once the ingestor has drained and the pool is shut down:
+    one made while another closes, and one made after a close whose wait was cancelled (a timeout)."""
+    llm = GateLLM()
+
+    async def main() -> None:
+        amem = AsyncMemory(make_memory(llm), workers=1)
+        ids = [await amem.submit(text, group_id="g") for text in moves("g")]
+        await entered(llm)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(amem.aclose(), 0.01)  # the wait is cancelled, not the close
+        seen: list[list[str]] = []
+
+        async def close() -> None:
+            await amem.aclose()
+            seen.append([amem.status(i).state for i in ids])
+
+        both = asyncio.gather(close(), close())
+        await asyncio.sleep(0.02)
+        assert not both.done()  # the extraction still waits at the gate: neither returns
+        llm.gate.set()
+        await asyncio.wait_for(both, WAIT)
+        assert seen == [["done"] * len(ids)] * 2
+        with pytest.raises(IngestorClosedError):
+            await amem.stats()
+
+    asyncio.run(main())
+
+
+def test_threads_and_loops_sharing_an_async_memory_share_one_ingestor() -> None:
+    """Several threads, each with an event loop of its own, submitting at once through one AsyncMemory: one
+    background ingestor takes every episode (each awaited to done through it), and the close ends it."""
+    memory = make_memory(RulesLLM())
+    amem = AsyncMemory(memory)
+    start = threading.Barrier(6)
+    ingestors: list[BackgroundIngestor] = []
+    states: list[str] = []
+
+    def run(i: int) -> None:
+        async def one() -> None:
+            start.wait(WAIT)
+            episode_id = await amem.submit(f"Ann: I LIKES tea number {i}.", group_id="g")
+            ingestors.append(amem.background)
+            states.append((await amem.wait(episode_id, timeout=WAIT)).state)
+
+        asyncio.run(one())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert states == ["done"] * 6 and len({id(b) for b in ingestors}) == 1
+    asyncio.run(amem.aclose())
+    assert ingestors[0].closed
+
+
+def test_the_async_memory_has_every_call_of_memory(tmp_path: Path) -> None:
+    """Every public call of Memory has its awaited form (a property reads through ``amem.memory``), and the awaited
+    reads and writes give what the memory's own give."""
+    kept_sync = {"clock", "config", "embedder", "llm", "ontology", "with_config", "open"}
+    missing = {n for n in dir(Memory) if not n.startswith("_")} - {n for n in dir(AsyncMemory)} - kept_sync
+    assert missing == set()
+    memory = make_memory(RulesLLM())
+
+    async def main() -> None:
+        async with AsyncMemory(memory) as amem:
+            first = await amem.add_episode("Ann: I LIVES_IN Paris. I met Bob.", group_id="g")
+            ann = next(e for e in first.entities if e.name == "Ann")
+            fact = first.facts[0]
+            assert await amem.get_all(["g"]) == memory.get_all(["g"])
+            assert await amem.get_many(Kind.FACT, [fact.id, "nope"]) == [fact, None]
+            assert await amem.records(Kind.ENTITY, "g") == memory.records(Kind.ENTITY, "g")
+            assert await amem.episodes("g", last=1) == [first.episode]
+            assert await amem.episode_mentions(first.episode.id) == memory.episode_mentions(first.episode.id)
+            assert await amem.find_entities("Ann", group_ids="g") == [ann]
+            assert (await amem.neighbourhood(ann.id)).facts == memory.neighbourhood(ann.id).facts
+            assert await amem.groups() == ["g"]
+            queued = await amem.queue_episode("Ann: I LIVES_IN Rome.", group_id="g")
+            assert await amem.queued_episodes("g") == [queued]
+            assert (await amem.process_queued(queued.id)).status is EpisodeStatus.EXTRACTED
+            ended = await amem.invalidate_fact(fact.id, "2030-01-01T00:00:00Z")
+            assert ended == memory.get(Kind.FACT, fact.id) and ended.invalid_at is not None
+            await amem.refresh_communities("g")
+            assert await amem.community_drift("g") == memory.community_drift("g")
+            assert await amem.export(tmp_path / "g.jsonl") > 0
+            assert (await amem.delete_group("g"))["episode"] == 2
+            assert (await amem.import_jsonl(tmp_path / "g.jsonl"))["episode"] == 2
+            assert len(await amem.episodes("g")) == 2
+            with pytest.raises(NotFoundError):
+                await amem.requeue("no-such-episode")
+
+    asyncio.run(main())

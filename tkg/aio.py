@@ -21,7 +21,9 @@ thread. Background ingestion (:class:`tkg.BackgroundIngestor`) is one ``await am
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -31,6 +33,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from tkg.background import BackgroundIngestor, IngestionStatus
 from tkg.clock import Clock
+from tkg.community_tier import CommunityReport
 from tkg.config import MemoryConfig
 from tkg.context import Context
 from tkg.embedders.base import Embedder
@@ -38,10 +41,13 @@ from tkg.errors import ConfigurationError, IngestorClosedError, WaitTimeoutError
 from tkg.ingest import EpisodeResult, RemovalResult
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.memory import EpisodeInput, FactInput, Memory
-from tkg.models import Episode, EpisodeSource, Fact, Kind, Record
+from tkg.memory_reads import Groups
+from tkg.models import Entity, Episode, EpisodeSource, EpisodeStatus, Fact, Kind, Mention, Record
 from tkg.ontology import Ontology
+from tkg.reads import Neighbourhood
 from tkg.search import SearchResults
 from tkg.storage import Store
+from tkg.timeline import Filters
 
 __all__ = ["AsyncMemory"]
 
@@ -68,14 +74,18 @@ class AsyncMemory:
         self._workers = workers
         self._background: BackgroundIngestor | None = None
         self._closed = False
+        # Guards the ingestor's making and the close: calls may come from several threads and event loops.
+        self._guard = threading.Lock()
+        self._closing: concurrent.futures.Future[None] | None = None  # the close, once begun (every aclose awaits it)
 
     @property
     def background(self) -> BackgroundIngestor:
-        """The background ingestor behind :meth:`submit` (made on first use)."""
-        if self._background is None:
-            self._check_open()
-            self._background = BackgroundIngestor(self.memory, max_queue=self._max_queue, workers=self._workers)
-        return self._background
+        """The background ingestor behind :meth:`submit` (made on first use; one, whichever thread asks first)."""
+        with self._guard:
+            if self._background is None:
+                self._check_open()
+                self._background = BackgroundIngestor(self.memory, max_queue=self._max_queue, workers=self._workers)
+            return self._background
 
     @property
     def usage(self) -> LLMUsage:
@@ -126,7 +136,7 @@ class AsyncMemory:
         self, episodes: Iterable[EpisodeInput | Mapping[str, Any] | str], *, extract: bool | None = None
     ) -> list[EpisodeResult]:
         """:meth:`tkg.Memory.add_episodes`, awaited."""
-        return await self._call(self.memory.add_episodes, list(episodes), extract=extract)
+        return await self._call(self.memory.add_episodes, _batch(episodes), extract=extract)
 
     async def add_facts(
         self,
@@ -137,10 +147,9 @@ class AsyncMemory:
         source_description: str = "structured facts",
     ) -> EpisodeResult:
         """:meth:`tkg.Memory.add_facts`, awaited."""
-        items = facts if isinstance(facts, (str, bytes, Mapping)) else list(facts)  # Memory rejects a single value
         return await self._call(
             self.memory.add_facts,
-            items,
+            _batch(facts),
             group_id=group_id,
             reference_time=reference_time,
             source_description=source_description,
@@ -157,6 +166,61 @@ class AsyncMemory:
     async def failed_episodes(self, group_ids: Sequence[str] | str | None = None) -> list[Episode]:
         """:meth:`tkg.Memory.failed_episodes`, awaited."""
         return await self._call(self.memory.failed_episodes, group_ids)
+
+    async def queue_episode(
+        self,
+        content: str | Mapping[str, Any] | list[Any],
+        *,
+        group_id: str | None = None,
+        source: EpisodeSource | str = EpisodeSource.MESSAGE,
+        reference_time: datetime | str | None = None,
+        source_description: str = "",
+        name: str = "",
+        episode_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """:meth:`tkg.Memory.queue_episode`, awaited (:meth:`submit` also extracts it in the background)."""
+        return await self._call(
+            self.memory.queue_episode,
+            content,
+            group_id=group_id,
+            source=source,
+            reference_time=reference_time,
+            source_description=source_description,
+            name=name,
+            episode_id=episode_id,
+            metadata=metadata,
+        )
+
+    async def process_queued(self, episode_id: str) -> EpisodeResult:
+        """:meth:`tkg.Memory.process_queued`, awaited."""
+        return await self._call(self.memory.process_queued, episode_id)
+
+    async def requeue(self, episode_id: str) -> Episode:
+        """:meth:`tkg.Memory.requeue`, awaited."""
+        return await self._call(self.memory.requeue, episode_id)
+
+    async def queued_episodes(self, group_ids: Groups = None) -> list[Episode]:
+        """:meth:`tkg.Memory.queued_episodes`, awaited."""
+        return await self._call(self.memory.queued_episodes, group_ids)
+
+    async def invalidate_fact(
+        self, fact_id: str, at: datetime | str | None = None, *, note: Mapping[str, Any] | None = None
+    ) -> Fact:
+        """:meth:`tkg.Memory.invalidate_fact`, awaited."""
+        return await self._call(self.memory.invalidate_fact, fact_id, at, note=note)
+
+    async def delete_group(self, group_id: str) -> dict[str, int]:
+        """:meth:`tkg.Memory.delete_group`, awaited."""
+        return await self._call(self.memory.delete_group, group_id)
+
+    async def refresh_communities(self, group_id: str | None = None, *, warm: bool | None = None) -> CommunityReport:
+        """:meth:`tkg.Memory.refresh_communities`, awaited."""
+        return await self._call(self.memory.refresh_communities, group_id, warm=warm)
+
+    async def community_drift(self, group_id: str | None = None) -> float:
+        """:meth:`tkg.Memory.community_drift`, awaited."""
+        return await self._call(self.memory.community_drift, group_id)
 
     # ------------------------------------------------------------------------------------------------------
     # retrieval and reads
@@ -184,11 +248,91 @@ class AsyncMemory:
         """:meth:`tkg.Memory.stats`, awaited."""
         return await self._call(self.memory.stats)
 
+    async def get_many(self, kind: Kind | str, ids: Sequence[str]) -> list[Record | None]:
+        """:meth:`tkg.Memory.get_many`, awaited."""
+        return await self._call(self.memory.get_many, kind, ids)
+
+    async def get_all(
+        self,
+        group_ids: Groups = None,
+        *,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+        include_invalidated: bool = False,
+        filters: Filters | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """:meth:`tkg.Memory.get_all`, awaited."""
+        return await self._call(
+            self.memory.get_all,
+            group_ids,
+            as_of=as_of,
+            known_at=known_at,
+            include_invalidated=include_invalidated,
+            filters=filters,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def records(self, kind: Kind | str, group_ids: Groups = None) -> list[Record]:
+        """:meth:`tkg.Memory.records`, awaited."""
+        return await self._call(self.memory.records, kind, group_ids)
+
+    async def episodes(
+        self,
+        group_ids: Groups = None,
+        *,
+        status: EpisodeStatus | str | None = None,
+        before: datetime | str | None = None,
+        last: int | None = None,
+    ) -> list[Episode]:
+        """:meth:`tkg.Memory.episodes`, awaited."""
+        return await self._call(self.memory.episodes, group_ids, status=status, before=before, last=last)
+
+    async def episode_mentions(self, episode_id: str) -> list[Mention]:
+        """:meth:`tkg.Memory.episode_mentions`, awaited."""
+        return await self._call(self.memory.episode_mentions, episode_id)
+
+    async def find_entities(self, name: str, *, group_ids: Groups = None) -> list[Entity]:
+        """:meth:`tkg.Memory.find_entities`, awaited."""
+        return await self._call(self.memory.find_entities, name, group_ids=group_ids)
+
+    async def neighbourhood(
+        self,
+        entity_id: str,
+        *,
+        depth: int = 1,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
+        limit: int = 100,
+    ) -> Neighbourhood:
+        """:meth:`tkg.Memory.neighbourhood`, awaited."""
+        return await self._call(
+            self.memory.neighbourhood, entity_id, depth=depth, as_of=as_of, known_at=known_at, limit=limit
+        )
+
+    async def groups(self) -> list[str]:
+        """:meth:`tkg.Memory.groups`, awaited."""
+        return await self._call(self.memory.groups)
+
     # ------------------------------------------------------------------------------------------------------
     # snapshots
     async def save(self, path: str | Path) -> int:
         """:meth:`tkg.Memory.save`, awaited. Episodes still queued are saved as ``queued``."""
         return await self._call(self.memory.save, path)
+
+    async def compact(self) -> None:
+        """:meth:`tkg.Memory.compact`, awaited."""
+        await self._call(self.memory.compact)
+
+    async def export(self, path: str | Path, format: str = "jsonl", group_ids: Sequence[str] | None = None) -> int:
+        """:meth:`tkg.Memory.export`, awaited."""
+        return await self._call(self.memory.export, path, format, group_ids)
+
+    async def import_jsonl(self, path: str | Path) -> dict[str, int]:
+        """:meth:`tkg.Memory.import_jsonl`, awaited."""
+        return await self._call(self.memory.import_jsonl, path)
 
     @classmethod
     async def load(
@@ -283,13 +427,19 @@ class AsyncMemory:
     # shutting down
     async def aclose(self, drain: bool = True) -> None:
         """Close the background ingestor (``drain``: see :meth:`tkg.BackgroundIngestor.close`) and the thread
-        pool. The memory itself is left open. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._background is not None:  # kept: its statuses stay readable
-            await asyncio.to_thread(self._background.close, drain)
-        await asyncio.to_thread(self._executor.shutdown, True)
+        pool, and return once both are done. The memory itself is left open. Idempotent: a later call (or one made
+        meanwhile, from any thread or loop) waits for the first one's close; cancelling an ``aclose`` cancels the
+        wait, not the close."""
+        with self._guard:
+            if self._closing is None:
+                self._closed = True
+                self._closing = concurrent.futures.Future()
+                self._closing.set_running_or_notify_cancel()  # a waiter's cancellation cannot cancel it
+                threading.Thread(
+                    target=_close, args=(self._closing, self._background, self._executor, drain), name="tkg-async-close"
+                ).start()
+            closing = self._closing
+        await asyncio.wrap_future(closing)
 
     async def close(self, drain: bool = True) -> None:
         """The same as :meth:`aclose`."""
@@ -302,3 +452,29 @@ class AsyncMemory:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose(drain=exc_type is None)
+
+
+def _batch(items: Any) -> Any:
+    """``items`` (the inputs of one call) as a list, read now, when it is a collection of inputs; else as it is, for
+    the memory to refuse with its own error (a string, a mapping or one input is not a batch)."""
+    if isinstance(items, str | bytes | Mapping | EpisodeInput | FactInput) or not isinstance(items, Iterable):
+        return items
+    return list(items)
+
+
+def _close(
+    done: concurrent.futures.Future[None],
+    background: BackgroundIngestor | None,
+    executor: ThreadPoolExecutor,
+    drain: bool,
+) -> None:
+    """An :meth:`AsyncMemory.aclose`'s work, on a thread of its own: the ingestor (kept: its statuses stay
+    readable), then the pool; ``done`` says when it is over."""
+    try:
+        if background is not None:
+            background.close(drain)
+        executor.shutdown(wait=True)
+    except BaseException as exc:  # handed to every waiter
+        done.set_exception(exc)
+    else:
+        done.set_result(None)
