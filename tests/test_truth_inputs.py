@@ -9,7 +9,17 @@ from typing import Any
 
 import pytest
 
-from tkg import BackgroundIngestor, FixedClock, HashEmbedder, IngestionStatus, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg import (
+    BackgroundIngestor,
+    FixedClock,
+    HashEmbedder,
+    IngestionStatus,
+    Kind,
+    Memory,
+    MemoryConfig,
+    RulesLLM,
+    ScriptedLLM,
+)
 from tkg.errors import ExtractionFailedError, ValidationError
 from tkg.inputs import FactInput
 from tkg.llm import LLMPolicy, Prompt
@@ -188,6 +198,15 @@ def test_a_file_path_that_is_no_path_is_refused_with_tkgs_error(bad: Any) -> Non
     ):
         with pytest.raises(ValidationError, match="file path"):
             call()
+
+
+@pytest.mark.parametrize("bad", [["x"], {"x": 1}, {"x"}, 5, None])
+def test_an_episode_id_that_is_no_string_is_refused_with_tkgs_error_by_every_door_of_the_queue(bad: Any) -> None:
+    memory = Memory(embedder=EMB, llm=RulesLLM())
+    for door in (memory.retry, memory.process_queued, memory.requeue, memory.remove_episode):
+        with pytest.raises(ValidationError, match="an id is a string"):
+            door(bad)
+    assert memory.records(Kind.EPISODE) == []
 
 
 def test_get_many_refuses_one_string_for_a_list_of_ids() -> None:

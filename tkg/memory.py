@@ -299,6 +299,8 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
     def retry(self, episode_id: str) -> EpisodeResult:
         """Extract an episode whose extraction failed, now. Raises :class:`NotFoundError` for an unknown id and
         :class:`ValidationError` for an episode that did not fail."""
+        if not isinstance(episode_id, str):
+            raise ValidationError(f"an id is a string, not {episode_id!r}")
         with self._retry_lock:  # a second retry of it in this process would only pay for an LLM call in vain
             if episode_id in self._retrying:
                 raise ValidationError(f"episode {episode_id} is being retried already")

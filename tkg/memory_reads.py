@@ -31,6 +31,8 @@ class MemoryReads:
 
     def get(self, kind: Kind | str, record_id: str) -> Record:
         """The record of this kind with this id; :class:`NotFoundError` if there is none."""
+        if not isinstance(record_id, str):
+            raise ValidationError(f"an id is a string, not {record_id!r}")
         found = self.get_many(kind, [record_id])[0]
         if found is None:
             raise NotFoundError(f"no {kind_of(kind).value} with id {record_id!r}")
