@@ -730,3 +730,90 @@ def test_filters_on_a_list_of_tags() -> None:
     assert found({"icontains": "work"}) == ["first", "third"]  # a tag equal but for case; a text holding it
     assert found({"in": ["home", "urgent"]}) == ["first", "second"]
     assert found({"nin": ["home"]}) == ["first", "third"]
+
+
+def test_updates_and_deletes_of_one_memory_from_threads_go_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads update one memory and a fifth deletes it, each after a pause between reading the latest version
+    and writing: they go one at a time, each to the version before it, so at most one version is current and the
+    history lists every one."""
+    import threading
+    import time
+
+    m = with_llm(FixedClock("2024-05-01T00:00:00Z"))
+    fact_id = m.add("I LIKES Jazz.", user_id="ann")["results"][0]["id"]
+    check = Memory._require_current
+
+    def slow(fact: Any, now: datetime) -> None:
+        check(fact, now)
+        time.sleep(0.05)  # between the check and the write: another update would pass the same check meanwhile
+
+    monkeypatch.setattr(Memory, "_require_current", staticmethod(slow))
+    threads = [
+        threading.Thread(target=m.update, args=(fact_id,), kwargs={"text": f"User likes tune {i}"}) for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    current = m.get_all(filters={"user_id": "ann"})["results"]
+    assert len(current) == 1 and current[0]["memory"].startswith("User likes tune")
+    assert [e["event"] for e in m.history(fact_id)] == ["ADD"] + ["UPDATE"] * 4
+    refused: list[Exception] = []
+
+    def attempt(call: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            call(*args, **kwargs)
+        except MemoryNotFoundError as exc:
+            refused.append(exc)
+
+    pair = [
+        threading.Thread(target=attempt, args=(m.delete, fact_id)),
+        threading.Thread(target=attempt, args=(m.update, fact_id), kwargs={"text": "User likes tune 9"}),
+    ]
+    for thread in pair:
+        thread.start()
+    for thread in pair:
+        thread.join(30)
+    # Either the delete ended the latest version and the update found nothing current, or the update replaced it
+    # and the delete ended the new one: nothing is current either way.
+    assert m.get_all(filters={"user_id": "ann"})["results"] == []
+    assert len(refused) == (0 if "tune 9" in str(m.history(fact_id)) else 1)
+
+
+def test_an_update_that_loses_the_race_with_another_facade_is_undone_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two facades over one memory update the same version at once (both read it before either writes): the first
+    to end it wins; the other's new version is taken back and its caller gets tkg's error, nothing half-applied."""
+    import threading
+
+    from tkg.errors import TkgError
+
+    memory = TkgMemory(embedder=HashEmbedder(dim=64), llm=RulesLLM(), clock=FixedClock("2024-05-01T00:00:00Z"))
+    one, two = Memory(memory=memory), Memory(memory=memory)
+    fact_id = one.add("I LIKES Jazz.", user_id="ann")["results"][0]["id"]
+    both_read = threading.Barrier(2)
+    check = Memory._require_current
+
+    def meet(fact: Any, now: datetime) -> None:
+        check(fact, now)
+        both_read.wait(30)
+
+    monkeypatch.setattr(Memory, "_require_current", staticmethod(meet))
+    outcomes: dict[str, object] = {}
+
+    def update(facade: Memory, text: str) -> None:
+        try:
+            outcomes[text] = facade.update(fact_id, text=text)
+        except TkgError as exc:
+            outcomes[text] = exc
+
+    threads = [threading.Thread(target=update, args=(f, t)) for f, t in ((one, "User likes A"), (two, "User likes B"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    lost = [t for t, o in outcomes.items() if isinstance(o, TkgError)]
+    won = [t for t, o in outcomes.items() if isinstance(o, dict)]
+    assert len(lost) == len(won) == 1
+    assert [r["memory"] for r in one.get_all(filters={"user_id": "ann"})["results"]] == won
+    assert lost[0] not in {f.fact for f in memory.records(Kind.FACT)}
+    assert [e["event"] for e in one.history(fact_id)] == ["ADD", "UPDATE"]

@@ -31,6 +31,7 @@ import functools
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self, TypeVar, overload
@@ -43,7 +44,7 @@ from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_g
 from tkg.compat.mem0_filters import split_filters as _split
 from tkg.compat.messages import Message, episode_inputs, message_of, parse_messages
 from tkg.embedders.base import Embedder
-from tkg.errors import ConfigurationError, NotFoundError, ValidationError
+from tkg.errors import ConfigurationError, NotFoundError, TkgError, ValidationError
 from tkg.inputs import EpisodeInput, FactInput, make_episode
 from tkg.invalidation import ENDED_BY_HAND
 from tkg.memory import Memory as TkgMemory
@@ -83,6 +84,9 @@ class Memory:
             raise ConfigurationError("give either a config or a tkg memory, not both")
         self._memory = memory if memory is not None else _memory_from_config(config or {})
         self._shown_vectors: dict[str, Any] = {}  # a kept message's text -> its vector (see _above)
+        # An update or a delete reads a memory's latest version, then writes: one at a time, so that two of them
+        # (threads, or AsyncMemory's coroutines) never both replace the same version.
+        self._edits = threading.Lock()
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> Self:
@@ -162,12 +166,13 @@ class Memory:
             raise ValidationError("give text, metadata or both")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise ValidationError("text must be a non-empty string")
-        record = self._latest(self._record(memory_id))
         changes = _caller_metadata(metadata)
-        if isinstance(record, Fact):
-            new_id = self._update_fact(record, text, changes)
-        else:
-            new_id = self._update_message(record, text, changes)
+        with self._edits:
+            record = self._latest(self._record(memory_id))
+            if isinstance(record, Fact):
+                new_id = self._update_fact(record, text, changes)
+            else:
+                new_id = self._update_message(record, text, changes)
         return {"message": "Memory updated successfully!", "id": new_id, "previous_id": record.id}
 
     def _update_fact(self, fact: Fact, text: str | None, changes: dict[str, Any]) -> str:
@@ -195,7 +200,13 @@ class Memory:
         )
         new_id = added.facts[0].id if added.facts else fact.id
         if new_id != fact.id:
-            self._memory.invalidate_fact(fact.id, at=start, note={"replaced_by": new_id})
+            try:
+                self._memory.invalidate_fact(fact.id, at=start, note={"replaced_by": new_id})
+            except TkgError:
+                # Another writer (another facade over the same memory) ended the old version meanwhile: this update
+                # is undone whole, the new version with it, and the caller told.
+                self._memory.remove_episode(added.episode.id)
+                raise
         return new_id
 
     def _update_message(self, episode: Episode, text: str | None, changes: dict[str, Any]) -> str:
@@ -223,13 +234,14 @@ class Memory:
     def delete(self, memory_id: str) -> dict[str, str]:
         """Delete a memory: a fact is ended now (nothing is erased: ``history`` and ``as_of`` still find it); a kept
         message is erased."""
-        record = self._latest(self._record(memory_id))
-        if isinstance(record, Fact):
-            now = self._memory.clock.now()
-            self._require_current(record, now)
-            self._memory.invalidate_fact(record.id, at=max(now, record.valid_at) if record.valid_at else now)
-        else:
-            self._memory.remove_episode(record.id)
+        with self._edits:
+            record = self._latest(self._record(memory_id))
+            if isinstance(record, Fact):
+                now = self._memory.clock.now()
+                self._require_current(record, now)
+                self._memory.invalidate_fact(record.id, at=max(now, record.valid_at) if record.valid_at else now)
+            else:
+                self._memory.remove_episode(record.id)
         return {"message": "Memory deleted successfully!"}
 
     def delete_all(self, user_id: Any = None, agent_id: Any = None, run_id: Any = None) -> dict[str, str]:
