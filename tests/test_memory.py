@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ import pytest
 from tkg import (
     EmbeddingError,
     EpisodeError,
+    EpisodeStatus,
+    ExtractionFailedError,
     FactInput,
     FixedClock,
     HashEmbedder,
@@ -21,6 +23,7 @@ from tkg import (
     LLMPolicy,
     Memory,
     MemoryConfig,
+    RulesLLM,
     ScriptedLLM,
     SnapshotError,
     TimestampError,
@@ -630,3 +633,50 @@ def test_the_last_episodes_said_before_a_time(make_store) -> None:
     for bad in (-1, 1.5, True):
         with pytest.raises(ValidationError, match="last must be"):
             memory.episodes(last=bad)
+
+
+class DownEmbedder(HashEmbedder):
+    """A HashEmbedder whose service is down for texts naming ``down`` (as tkg's OpenAIEmbedder raises LLMError
+    when its endpoint cannot be reached), until ``down`` is cleared."""
+
+    def __init__(self, down: str) -> None:
+        super().__init__(dim=64)
+        self.down = down
+
+    def embed(self, texts: list[str]) -> Any:
+        if self.down and any(self.down in t for t in texts):
+            raise LLMError("the embeddings endpoint cannot be reached", retryable=True)
+        return super().embed(texts)
+
+
+def test_an_episode_the_embedder_fails_on_is_stored_failed_and_the_rest_of_its_batch_applies() -> None:
+    """The embedder is an outside service like the LLM: when it fails on one episode of a batch, that episode is
+    stored as failed (no vector yet) with a result that says so, the episodes after it in its group and those of
+    other groups apply, and retry() extracts it once the service is back."""
+    embedder = DownEmbedder("Zork")
+    clock = FixedClock("2024-06-01T00:00:00Z", tick=timedelta(seconds=1))
+    memory = Memory(embedder=embedder, llm=RulesLLM(), clock=clock)
+    results = memory.add_episodes(
+        [
+            {"content": "Ann: I LIVES_IN Paris.", "group_id": "g1"},
+            {"content": "Ann: I KNOWS Zork.", "group_id": "g1"},
+            {"content": "Ann: I LIVES_IN Oslo.", "group_id": "g1"},
+            {"content": "Bob: I WORKS_AT Acme.", "group_id": "g2"},
+        ]
+    )
+    assert [r.status for r in results] == [
+        EpisodeStatus.EXTRACTED,
+        EpisodeStatus.FAILED,
+        EpisodeStatus.EXTRACTED,
+        EpisodeStatus.EXTRACTED,
+    ]
+    assert "embeddings endpoint" in results[1].warnings[0]
+    failed = memory.failed_episodes()
+    assert [e.content for e in failed] == ["Ann: I KNOWS Zork."] and failed[0].embedding is None
+    with pytest.raises(ExtractionFailedError):
+        memory.add_episode("Ann: I LIKES Zork.", group_id="g1")  # one alone: the same
+    embedder.down = ""
+    for episode in memory.failed_episodes():
+        assert memory.retry(episode.id).status is EpisodeStatus.EXTRACTED
+    assert memory.failed_episodes() == []
+    assert {f.fact for f in memory.get_all("g1")} >= {"Ann knows Zork", "Ann likes Zork", "Ann lives in Oslo"}

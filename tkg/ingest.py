@@ -397,10 +397,15 @@ class Ingestor:
     def _store_failed(
         self, episode: Episode, vectors: dict[str, Vector] | None, replace_stored: bool = False
     ) -> str | None:
-        """Store ``episode`` as failed: ``None`` when written, else what became of the stored one meanwhile."""
+        """Store ``episode`` as failed: ``None`` when written, else what became of the stored one meanwhile. When
+        the embedder fails too (its service down: what failed may have been the embedding), the episode is stored
+        without its vector, which :meth:`tkg.Memory.retry` makes."""
         vector = (vectors or {}).get(episode.content)
         if vector is None:
-            vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
+            try:
+                vector = check_vectors(self.embedder.embed([episode.content]), self.embedder.dim, 1)[0]
+            except LLMError:
+                vector = None
         with self.locks.write():
             current = self.store.get(Kind.EPISODE, [episode.id])[0]
             replaceable = _REPLACEABLE_STORED if replace_stored else _REPLACEABLE
