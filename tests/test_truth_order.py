@@ -642,3 +642,27 @@ def test_a_fact_with_no_start_said_again_ends_the_other_when_said_again(make_sto
     assert ends == {"Paris": YEAR(2030, 1, 1), "Rome": datetime(2024, 6, 1, tzinfo=UTC)}
     # (two facts with no start both hold before their ends: each says "since forever"; not checked here)
     assert "Ann lives in Rome" in [f.fact for f in memory.get_all("g", as_of="2023-01-01T00:00:00Z")]
+
+
+def test_a_statement_an_episode_says_beside_another_is_compatible_with_it_whichever_episode_came_first(
+    make_store: Callable[[int], Store],
+) -> None:
+    """One message says "I work at Cid since 2017. I work at Rome since 2019." (both hold: one episode said both,
+    and facts of one episode are not judged against each other); another says "I work at Rome since 2022". When
+    that one came first, Cid was judged against its Rome and ended in 2019; the other way round, the restatement
+    rule kept Cid. Now the history is the same either way, as when the message is retried after a failure or a
+    queue is processed in another order."""
+    said = [
+        ("Ann: I WORKS_AT Rome since 2022.", "2024-01-03T00:00:00Z"),
+        ("Ann: I WORKS_AT Cid since 2017. I WORKS_AT Rome since 2019.", "2024-01-01T00:00:00Z"),
+    ]
+    histories = []
+    for order in ((0, 1), (1, 0)):
+        memory = new_memory(make_store(EMB.dim))
+        for i in order:
+            memory.add_episode(said[i][0], reference_time=said[i][1], group_id="g")
+        assert sorted(f.fact for f in memory.get_all("g")) == ["Ann works at Cid", "Ann works at Rome"]
+        histories.append(
+            sorted((f.fact, f.valid_at, f.invalid_at) for f in memory.get_all("g", include_invalidated=True))
+        )
+    assert histories[0] == histories[1]

@@ -133,12 +133,18 @@ class EpisodePlanner:
             match, maybe, _ = self._verdict(entity.name)
             if match is None and maybe:
                 out.names.append(AmbiguousName(entity.name, entity.label, entity.summary, maybe))
-        for index, item in enumerate(draft.facts):
-            ends = [self._possible_ids(item.source), self._possible_ids(item.target)]
+        all_ends = [(self._possible_ids(item.source), self._possible_ids(item.target)) for item in draft.facts]
+        # The statements each fact of the episode may be (its possible ends, relation and sentence).
+        statements: list[set[tuple[str, ...]]] = [
+            {(s, t, item.relation, invalidation.text_key(item.sentence)) for s in ends[0] if s for t in ends[1] if t}
+            for item, ends in zip(draft.facts, all_ends, strict=True)
+        ]
+        for index, (item, ends) in enumerate(zip(draft.facts, all_ends, strict=True)):
             sources = {i for i in ends[0] if i}
             targets = {i for i in ends[1] if i}
             probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
-            undecided, inherited = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1)
+            said_too = set().union(*(keys for other, keys in enumerate(statements) if other != index))
+            undecided, inherited = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1, said_too)
             if inherited:
                 out.inherited[index] = inherited
             if undecided:
@@ -147,7 +153,7 @@ class EpisodePlanner:
         return out
 
     def _undecided(
-        self, probe: Fact, sources: set[str], targets: set[str], resolved: bool
+        self, probe: Fact, sources: set[str], targets: set[str], resolved: bool, said_too: set[tuple[str, ...]]
     ) -> tuple[list[Fact], dict[str, Verdict]]:
         """The facts the LLM must judge against a new one (``probe``, whose ends may be any of ``sources`` x
         ``targets``): those that may concern it (superseded ones included) and that neither the sentence nor the
@@ -157,7 +163,9 @@ class EpisodePlanner:
         earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
         episode said both). A contradiction or a duplicate is copied onto the new fact, so that it holds even once
         the restatement it came from is removed (exactly what a consistent LLM, asked again, would say);
-        "compatible" is what no verdict means, so it needs no copy.
+        "compatible" is what no verdict means, so it needs no copy. Likewise a stored statement that another fact
+        of this episode states again (``said_too``: the statement keys those may be) is not asked about: one
+        episode said both, whichever of the two episodes came first.
 
         Nothing here reads all the facts of an entity: the candidates are the facts between the two ends, the
         closest facts of the same relation (read closest first until the shown statements are certain), the
@@ -220,7 +228,12 @@ class EpisodePlanner:
                 if old.id in seen:
                     continue
                 seen.add(old.id)
-                if old.id not in known and concerns(old) and not together.intersection(old.episodes):
+                if (
+                    old.id not in known
+                    and concerns(old)
+                    and not together.intersection(old.episodes)
+                    and invalidation.statement_key(old) not in said_too
+                ):
                     statements.setdefault(invalidation.statement_key(old), []).append(old)
 
         take(paired)
