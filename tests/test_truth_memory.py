@@ -213,6 +213,31 @@ def test_declared_types_are_described_to_the_llm_and_their_attributes_kept() -> 
     assert any("height" in w for w in result.warnings)
 
 
+def test_the_attributes_of_a_label_given_with_others_are_those_of_the_label_kept() -> None:
+    """An LLM's label "Person;Admin" (or with spaces) is kept as Person, and its attributes are checked against
+    Person's model (they were checked against the label as given, and dropped)."""
+    answer = {
+        "entities": [
+            {"name": "Alice", "label": "Person;Admin", "attributes": {"age": "41"}},
+            {"name": "Bob", "label": " Person ", "attributes": {"age": 7}},
+        ],
+        "facts": [],
+    }
+    memory = make(ScriptedLLM([answer]), ontology=Ontology(entities={"Person": Person}))
+    result = memory.add_episode("Alice and Bob.", group_id="g")
+    assert {e.name: e.attributes for e in result.entities} == {"Alice": {"age": 41}, "Bob": {"age": 7}}
+    assert result.warnings == []
+
+
+def test_with_config_takes_an_empty_ontology_for_none() -> None:
+    homes = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
+    memory = make(None, ontology=homes).with_config(ontology=Ontology())
+    assert not memory.ontology
+    memory.add_facts([FactInput("Ann", "LIVES_IN", "Oslo", valid_at="2020-01-01T00:00:00Z")], group_id="g")
+    memory.add_facts([FactInput("Ann", "LIVES_IN", "Rome", valid_at="2021-01-01T00:00:00Z")], group_id="g")
+    assert len(memory.get_all("g")) == 2  # both homes: no single-valued relation any more
+
+
 def test_reflection_is_an_extra_call_when_switched_on() -> None:
     llm = ScriptedLLM(
         [

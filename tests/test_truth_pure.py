@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from tkg import invalidation
 from tkg.drafts import from_extraction, time_mentions
@@ -237,6 +238,63 @@ def test_ontology_validates_attributes_and_declarations() -> None:
         Ontology(entities={"Person": dict})  # type: ignore[dict-item]
     with pytest.raises(ConfigurationError):
         Ontology(relations={"LIVES_IN": RelationType(sources=("Robot",))})
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Address(BaseModel):
+    city: str
+
+
+class Job(BaseModel):
+    """A job, whose own validator reads two attributes."""
+
+    title: str
+    level: int | None = None
+    colour: Colour | None = None
+    address: Address | None = None
+    tags: set[str] | None = None
+    since: datetime | None = None
+
+    @model_validator(mode="after")
+    def senior(self) -> Job:
+        if self.level and self.level > 5 and not self.title.startswith("Senior"):
+            raise ValueError("a level above 5 needs a Senior title")
+        return self
+
+
+def test_attributes_are_validated_together_and_kept_in_their_json_form() -> None:
+    """The model's own validators see every attribute given (one at a time, a validator reading another attribute
+    crashed the episode); values are kept as pydantic writes them in JSON (an enum's value, a model's fields, a
+    set as a list, a date in ISO form), not as Python's text of them; and when all together fail, the valid ones
+    are kept one at a time, the rest dropped with a warning."""
+    onto = Ontology(entities={"Job": Job})
+    given = {
+        "title": "Senior Nurse",
+        "level": 7,
+        "colour": "red",
+        "address": {"city": "Oslo"},
+        "tags": ["x"],
+        "since": "1990-01-02T03:04:05Z",
+    }
+    kept, warnings = onto.entity_attributes("Job", given)
+    assert warnings == []
+    assert kept == {**given, "since": "1990-01-02T03:04:05Z"}
+    assert Job.model_validate(kept).level == 7  # what is kept validates again
+    kept, warnings = onto.entity_attributes("Job", {"level": 7, "colour": "blue"})  # no title: checked one by one
+    assert kept == {} and len(warnings) == 2 and "level=7" in warnings[0] and "colour='blue'" in warnings[1]
+    kept, _ = onto.entity_attributes("Job", {"level": 3, "colour": "blue"})
+    assert kept == {"level": 3}
+
+
+def test_a_relation_type_is_checked_when_declared() -> None:
+    with pytest.raises(ConfigurationError, match="tuple of entity type names"):
+        RelationType(sources="Person")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="True or False"):
+        RelationType(single_valued="no")  # type: ignore[arg-type]
+    assert RelationType(targets=["Person"]).targets == ("Person",)  # type: ignore[arg-type]
 
 
 def test_ontology_reports_data_that_breaks_a_single_valued_relation() -> None:

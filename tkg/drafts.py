@@ -51,6 +51,11 @@ def speaker_of(content: str) -> str | None:
     return speaker
 
 
+def one_label(label: str) -> str:
+    """An entity's label as kept: one label (what an LLM lists after a ``;`` is left out), "Entity" if none."""
+    return label.split(LABEL_SEPARATOR)[0].strip() or "Entity"
+
+
 @dataclass(slots=True)
 class DraftEntity:
     name: str
@@ -85,7 +90,7 @@ class Draft:
         """Add (or enrich) the entity called ``name``; returns the name as kept. A label is one label: what an LLM
         lists after a ``;`` is left out."""
         name = " ".join(name.split())
-        label = label.split(LABEL_SEPARATOR)[0].strip() or "Entity"
+        label = one_label(label)
         key = normalize_name(name)
         entity = self._by_key.get(key)
         if entity is not None:
@@ -122,10 +127,11 @@ def from_extraction(
             draft.warnings.append("skipped an entity with an empty name")
             continue
         attributes: dict[str, Any] = {}
-        if named.attributes or named.label in ontology.entities:
-            attributes, problems = ontology.entity_attributes(named.label, named.attributes)
+        label = one_label(named.label)  # the attributes are those of the label kept
+        if named.attributes or label in ontology.entities:
+            attributes, problems = ontology.entity_attributes(label, named.attributes)
             draft.warnings.extend(problems)
-        draft.add_entity(named.name, named.label.strip() or "Entity", named.summary, attributes)
+        draft.add_entity(named.name, label, named.summary, attributes)
     for item in extraction.facts:
         if not item.source.strip() or not item.target.strip() or not item.fact.strip():
             draft.warnings.append(f"skipped a fact with an empty source, target or sentence: {item.fact!r}")

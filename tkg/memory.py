@@ -169,7 +169,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
             llm=self._llm,
             clock=clock or self._clock,
             config=config or self._config,
-            ontology=ontology or self._ontology,
+            ontology=ontology if ontology is not None else self._ontology,  # an empty one is falsy
         )
 
     @property

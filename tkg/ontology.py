@@ -14,7 +14,6 @@ relations are single-valued (a new value ends the old one without asking an LLM)
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import to_jsonable_python
 
 from tkg.errors import ConfigurationError
 from tkg.invalidation import overlaps
@@ -43,6 +43,19 @@ class RelationType:
     sources: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
     model: type[BaseModel] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.description, str):
+            raise ConfigurationError(f"RelationType.description must be a string, not {self.description!r}")
+        if not isinstance(self.single_valued, bool):
+            raise ConfigurationError(f"RelationType.single_valued must be True or False, not {self.single_valued!r}")
+        for part in ("sources", "targets"):
+            labels = getattr(self, part)
+            if not isinstance(labels, tuple | list) or not all(isinstance(label, str) for label in labels):
+                raise ConfigurationError(
+                    f"RelationType.{part} must be a tuple of entity type names (e.g. ('Person',)), not {labels!r}"
+                )
+            object.__setattr__(self, part, tuple(labels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +155,27 @@ def _validate(owner: str, model: type[BaseModel] | None, values: Mapping[str, An
         return {}, [f"{owner}: no attributes are declared; dropped {sorted(values)}"]
     warnings = [f"{owner}: attribute {k} is not declared; dropped" for k in values if k not in model.model_fields]
     known = {k: v for k, v in values.items() if k in model.model_fields and v is not None}
+    try:  # all together first: the model's own validators see every attribute given
+        whole = model.model_validate(known)
+    except Exception:
+        pass
+    else:
+        return {key: _plain(getattr(whole, key)) for key in known}, warnings
     kept: dict[str, Any] = {}
-    for key, value in known.items():
+    for key, value in known.items():  # one at a time: the valid ones are kept
         try:
             checked = model.__pydantic_validator__.validate_assignment(model.model_construct(), key, value)
         except PydanticValidationError as exc:
             warnings.append(f"{owner}: attribute {key}={value!r} is invalid ({exc.errors()[0]['msg']}); dropped")
+            continue
+        except Exception as exc:
+            warnings.append(f"{owner}: attribute {key}={value!r} cannot be checked without the others ({exc}); dropped")
             continue
         kept[key] = _plain(getattr(checked, key))
     return kept, warnings
 
 
 def _plain(value: Any) -> Any:
-    """A JSON-compatible form of a validated attribute value (dates become ISO strings)."""
-    return json.loads(json.dumps(value, default=str))
+    """The JSON form of a validated attribute value, as pydantic writes it: an enum its value, a model its fields,
+    a set a list, a date its ISO text (a float that is not a number stays one)."""
+    return to_jsonable_python(value, inf_nan_mode="constants", fallback=str)
