@@ -147,6 +147,48 @@ def test_mmr_lambda_one_is_cosine_order_and_lower_lambda_diversifies(memory):
     assert [s.record.id for s in mmr0.facts] != [s.record.id for s in mmr1.facts]
 
 
+class FixedVectors(HashEmbedder):
+    """HashEmbedder, with chosen vectors for some texts."""
+
+    def __init__(self, fixed: dict[str, list[float]]) -> None:
+        super().__init__(dim=8)
+        self.fixed = fixed
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        out = super().embed(texts)
+        for i, text in enumerate(texts):
+            if text in self.fixed:
+                out[i] = self.fixed[text]
+        return out
+
+
+def test_mmr_ranks_by_cosine_when_the_store_rounds_its_vectors() -> None:
+    """A bfloat16 store hands back vectors whose length is off by up to ~0.2%: MMR ranks by their cosines, not their
+    raw products (which put "beta" first and scored a fact against its own text above 1)."""
+    alpha = [-0.12994300, -0.57807672, -0.14121883, 0.29090160, 0.44820306, 0.10694343, -0.19989009, -0.54045975]
+    beta = [-0.51009905, -0.63558447, -0.13794293, 0.00620171, 0.38422012, 0.21957719, -0.15952651, -0.30899298]
+    query = [-0.36378536, -0.60077757, -0.11266589, 0.19072931, 0.51535219, 0.04976683, -0.25070098, -0.35600501]
+    embedder = FixedVectors({"Ann alpha": alpha, "Ann beta": beta, "query": query})
+    memory = Memory(
+        InMemoryStore(dim=8, vector_precision="bfloat16"), embedder=embedder, clock=FixedClock("2024-06-01T00:00:00Z")
+    )
+    memory.add_facts(
+        [FactInput("Ann", "A", "X", fact="Ann alpha"), FactInput("Ann", "B", "Y", fact="Ann beta")], group_id="u"
+    )
+    mmr1 = SearchConfig(facts=TargetConfig(methods=(Method.COSINE,), reranker=Reranker.MMR, mmr_lambda=1.0))
+    plain = SearchConfig(facts=TargetConfig(methods=(Method.COSINE,)))
+    ranked = memory.search("query", group_ids=["u"], config=mmr1).facts
+    assert [s.record.fact for s in ranked] == [
+        s.record.fact for s in memory.search("query", group_ids=["u"], config=plain).facts
+    ]
+    assert [s.record.fact for s in ranked] == ["Ann alpha", "Ann beta"]
+    assert all(
+        s.score <= 1.0
+        for text in ("Ann alpha", "Ann beta")
+        for s in memory.search(text, group_ids=["u"], config=mmr1).facts
+    )
+
+
 def test_cross_encoder_seam_scores_and_min_score(memory, store):
     config = SearchConfig(facts=TargetConfig(reranker=Reranker.CROSS_ENCODER, min_score=0.5))
     found = memory.search("Globex", group_ids="g", config=config, cross_encoder=TermOverlapScorer())

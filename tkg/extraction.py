@@ -727,14 +727,18 @@ _STRENGTH = (Verdict.CONTRADICTS, Verdict.SAME, Verdict.COMPATIBLE)
 
 
 def _closeness(facts: Sequence[Fact], vector: Vector) -> list[float]:
-    """Each fact's sentence embedding against ``vector`` (0.0 for a fact without one), in one product: np.array,
-    not np.stack (the same matrix without stack's per-row checks in Python); einsum, not `@` (multithreaded
-    OpenBLAS spins when another process, a database server, holds a core)."""
+    """The cosine of each fact's sentence embedding with the unit ``vector`` (0.0 for a fact without one), in one
+    product: np.array, not np.stack (the same matrix without stack's per-row checks in Python); einsum, not `@`
+    (multithreaded OpenBLAS spins when another process, a database server, holds a core). The rows are scaled to
+    unit length: a store may hand back vectors that are not quite (reduced precision rounds them), and these
+    scores are compared with the store's own."""
     out = [0.0] * len(facts)
     embedded = [i for i, f in enumerate(facts) if f.embedding is not None]
     if embedded:
-        matrix = np.array([facts[i].embedding for i in embedded])
-        for i, value in zip(embedded, np.einsum("ij,j->i", matrix, vector).tolist(), strict=True):
+        matrix = np.array([facts[i].embedding for i in embedded], dtype=np.float32)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+        dots = np.einsum("ij,j->i", matrix, vector) / np.where(norms > 0, norms, 1.0)
+        for i, value in zip(embedded, dots.tolist(), strict=True):
             out[i] = value
     return out
 

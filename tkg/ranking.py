@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from tkg.cosines import bounded
 from tkg.storage import Hit
 
 
@@ -34,7 +35,8 @@ def mmr(
     Redundancy is never negative: a candidate unlike what was chosen is not redundant, and no more (its score
     would rise above those taken before it: scores must fall down the list, ``min_score`` cuts at its bottom).
 
-    Vectors are unit length (cosine = dot product). ``lam = 1`` is plain cosine order.
+    Vectors are unit length (cosine = dot product; the caller normalises them). ``lam = 1`` is plain cosine
+    order.
 
     >>> import numpy as np
     >>> v = np.array([[1, 0], [1, 0], [0.6, 0.8]], dtype=np.float32)
@@ -45,7 +47,7 @@ def mmr(
     if n == 0 or k <= 0:
         return []
     # einsum, not `@`: multithreaded BLAS is ~100x slower under CPU contention (see backends/memory/vectors.py)
-    relevance = np.einsum("ij,j->i", vectors, query)
+    relevance = bounded(np.einsum("ij,j->i", vectors, query))  # a cosine: within [-1, 1]
     redundancy = np.zeros(n, dtype=np.float32)
     taken = np.zeros(n, dtype=bool)
     out: list[Hit] = []

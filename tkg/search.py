@@ -15,6 +15,7 @@ from typing import Generic, Literal, TypeVar
 
 import numpy as np
 
+from tkg.cosines import inverse_norms
 from tkg.episode_context import rerank_episodes
 from tkg.errors import NotFoundError, ValidationError
 from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, vector_of
@@ -284,7 +285,10 @@ def _mmr(run: _Search, kind: Kind, config: TargetConfig, fused: list[Hit]) -> li
     if not pairs:
         return []
     vectors = np.stack([v for _, v in pairs]).astype(np.float32)
-    return mmr(run.vector, [i for i, _ in pairs], vectors, config.mmr_lambda, config.fetch)
+    # unit rows: a store may hand back vectors that are not quite (reduced precision rounds them)
+    return mmr(
+        run.vector, [i for i, _ in pairs], vectors * inverse_norms(vectors)[:, None], config.mmr_lambda, config.fetch
+    )
 
 
 def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float]:
