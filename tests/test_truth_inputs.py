@@ -203,9 +203,12 @@ def test_a_file_path_that_is_no_path_is_refused_with_tkgs_error(bad: Any) -> Non
 @pytest.mark.parametrize("bad", [["x"], {"x": 1}, {"x"}, 5, None])
 def test_an_episode_id_that_is_no_string_is_refused_with_tkgs_error_by_every_door_of_the_queue(bad: Any) -> None:
     memory = Memory(embedder=EMB, llm=RulesLLM())
-    for door in (memory.retry, memory.process_queued, memory.requeue, memory.remove_episode):
+    background = BackgroundIngestor(memory)
+    doors = (memory.retry, memory.process_queued, memory.requeue, memory.remove_episode, memory.invalidate_fact)
+    for door in (*doors, memory.episode_mentions, background.status, background.future):
         with pytest.raises(ValidationError, match="an id is a string"):
             door(bad)
+    background.close()
     assert memory.records(Kind.EPISODE) == []
 
 

@@ -45,7 +45,7 @@ from tkg.errors import (
     WaitTimeoutError,
 )
 from tkg.ingest import EpisodeResult
-from tkg.models import Episode, EpisodeSource, EpisodeStatus, Kind, check_id, new_id
+from tkg.models import Episode, EpisodeSource, EpisodeStatus, Kind, check_id, check_lookup_id, new_id
 
 if TYPE_CHECKING:
     from tkg.memory import Memory
@@ -367,6 +367,7 @@ class BackgroundIngestor:
     def status(self, episode_id: str) -> IngestionStatus:
         """Where an episode stands. Episodes this ingestor did not handle (or handled long ago) are answered from
         the memory. Raises :class:`~tkg.errors.NotFoundError` for an id the memory does not hold."""
+        episode_id = check_lookup_id(episode_id)
         with self._cond:
             known = self._states.get(episode_id)
         if known is not None:

@@ -32,7 +32,16 @@ from tkg.locks import MemoryLocks
 from tkg.memory_files import MemoryFiles
 from tkg.memory_groups import MemoryGroups
 from tkg.memory_reads import Groups, MemoryReads
-from tkg.models import Episode, EpisodeSource, EpisodeStatus, Fact, Kind, check_group_id, check_id_list
+from tkg.models import (
+    Episode,
+    EpisodeSource,
+    EpisodeStatus,
+    Fact,
+    Kind,
+    check_group_id,
+    check_id_list,
+    check_lookup_id,
+)
 from tkg.ontology import Ontology
 from tkg.reads import Neighbourhood
 from tkg.rerankers import CrossEncoder, EmbeddingScorer, LLMScorer
@@ -299,8 +308,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
     def retry(self, episode_id: str) -> EpisodeResult:
         """Extract an episode whose extraction failed, now. Raises :class:`NotFoundError` for an unknown id and
         :class:`ValidationError` for an episode that did not fail."""
-        if not isinstance(episode_id, str):
-            raise ValidationError(f"an id is a string, not {episode_id!r}")
+        episode_id = check_lookup_id(episode_id)
         with self._retry_lock:  # a second retry of it in this process would only pay for an LLM call in vain
             if episode_id in self._retrying:
                 raise ValidationError(f"episode {episode_id} is being retried already")
@@ -418,6 +426,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         Raises :class:`NotFoundError` for an unknown id and :class:`ValidationError` for ``at`` before the fact
         starts or a fact that already ends by then; nothing is written in either case. Returns the fact as
         stored now."""
+        fact_id = check_lookup_id(fact_id)
         now = self._clock.now()
         end = to_utc(at, "at") if at is not None else now
         return self._ingestor.end_fact(fact_id, end, now, check_metadata(note) if note else None)

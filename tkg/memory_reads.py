@@ -12,7 +12,7 @@ from tkg.clock import Clock
 from tkg.embedders.base import Embedder
 from tkg.errors import NotFoundError, ValidationError
 from tkg.locks import MemoryLocks
-from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind, Mention, Record, check_id_list
+from tkg.models import Entity, Episode, EpisodeStatus, Fact, Kind, Mention, Record, check_id_list, check_lookup_id
 from tkg.reads import Neighbourhood
 from tkg.storage import Store
 from tkg.timeline import Filters, group_set, make_scope
@@ -31,9 +31,7 @@ class MemoryReads:
 
     def get(self, kind: Kind | str, record_id: str) -> Record:
         """The record of this kind with this id; :class:`NotFoundError` if there is none."""
-        if not isinstance(record_id, str):
-            raise ValidationError(f"an id is a string, not {record_id!r}")
-        found = self.get_many(kind, [record_id])[0]
+        found = self.get_many(kind, [check_lookup_id(record_id)])[0]
         if found is None:
             raise NotFoundError(f"no {kind_of(kind).value} with id {record_id!r}")
         return found
@@ -160,6 +158,7 @@ class MemoryReads:
 
     def episode_mentions(self, episode_id: str) -> list[Mention]:
         """The entities an episode names, as mentions (with what the episode said about each)."""
+        episode_id = check_lookup_id(episode_id)
         with self._locks.read():
             return self._store.mentions(episode_ids=[episode_id])
 

@@ -110,6 +110,13 @@ def check_id(value: object, what: str = "id") -> str:
     return value
 
 
+def check_lookup_id(value: object) -> str:
+    """An id to look a record up by: a string (any string; one that no record has is simply not found)."""
+    if not isinstance(value, str):
+        raise ValidationError(f"an id is a string, not {value!r}")
+    return value
+
+
 def check_id_list(value: object, what: str = "ids") -> list[str]:
     """``value`` as a list of strings (ids, looked up as they are): :class:`ValidationError` for one string (a
     common slip for a list of one) or anything that is not a sequence of strings."""
