@@ -134,9 +134,12 @@ class EpisodePlanner:
             if match is None and maybe:
                 out.names.append(AmbiguousName(entity.name, entity.label, entity.summary, maybe))
         all_ends = [(self._possible_ids(item.source), self._possible_ids(item.target)) for item in draft.facts]
-        # The statements each fact of the episode may be (its possible ends, relation and sentence).
+        # The statement each fact of the episode is, when both its ends are known entities (a name that may be a
+        # new one is resolved by the LLM only later, in the call these questions go to).
         statements: list[set[tuple[str, ...]]] = [
-            {(s, t, item.relation, invalidation.text_key(item.sentence)) for s in ends[0] if s for t in ends[1] if t}
+            {(ends[0][0], ends[1][0], item.relation, invalidation.text_key(item.sentence))}
+            if len(ends[0]) == len(ends[1]) == 1 and ends[0][0] and ends[1][0]
+            else set()
             for item, ends in zip(draft.facts, all_ends, strict=True)
         ]
         for index, (item, ends) in enumerate(zip(draft.facts, all_ends, strict=True)):
