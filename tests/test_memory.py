@@ -675,6 +675,10 @@ def test_an_episode_the_embedder_fails_on_is_stored_failed_and_the_rest_of_its_b
     assert [e.content for e in failed] == ["Ann: I KNOWS Zork."] and failed[0].embedding is None
     with pytest.raises(ExtractionFailedError):
         memory.add_episode("Ann: I LIKES Zork.", group_id="g1")  # one alone: the same
+    kept = len(memory.records(Kind.EPISODE))
+    with pytest.raises(LLMError, match="embeddings endpoint"):  # kept without extraction: nothing to retry, not kept
+        memory.add_episode("Ann: a note on Zork.", group_id="g1", extract=False)
+    assert len(memory.records(Kind.EPISODE)) == kept
     embedder.down = ""
     for episode in memory.failed_episodes():
         assert memory.retry(episode.id).status is EpisodeStatus.EXTRACTED

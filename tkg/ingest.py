@@ -226,6 +226,8 @@ class Ingestor:
                 episode, draft, now, usage, ask=extract, vectors=vectors, started=started, replace_stored=replace_stored
             )
         except LLMError as exc:
+            if not extract:  # the embedder's failure, on an episode kept without extraction: nothing to retry
+                raise
             failed = dataclasses.replace(episode, status=EpisodeStatus.FAILED, error=str(exc))
             instead = self._store_failed(failed, vectors, replace_stored)
             if instead is not None:  # another run stored the episode meanwhile, or it was removed: not failed
