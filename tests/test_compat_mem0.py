@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -780,40 +780,49 @@ def test_updates_and_deletes_of_one_memory_from_threads_go_one_at_a_time(monkeyp
     assert len(refused) == (0 if "tune 9" in str(m.history(fact_id)) else 1)
 
 
-def test_an_update_that_loses_the_race_with_another_facade_is_undone_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two facades over one memory update the same version at once (both read it before either writes): the first
-    to end it wins; the other's new version is taken back and its caller gets tkg's error, nothing half-applied."""
+def test_facades_over_one_memory_update_it_one_at_a_time_and_a_lost_race_is_undone_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two facades over one memory update the same memory at once, each pausing between its read and its writes:
+    they go one at a time (one lock per tkg memory), each replacing the version before it. An update whose old
+    version another writer ended meanwhile (another process over the same store) is taken back whole and raises."""
     import threading
+    import time
 
     from tkg.errors import TkgError
 
-    memory = TkgMemory(embedder=HashEmbedder(dim=64), llm=RulesLLM(), clock=FixedClock("2024-05-01T00:00:00Z"))
+    memory = TkgMemory(
+        embedder=HashEmbedder(dim=64),
+        llm=RulesLLM(),
+        clock=FixedClock("2024-05-01T00:00:00Z", tick=timedelta(seconds=1)),
+    )
     one, two = Memory(memory=memory), Memory(memory=memory)
     fact_id = one.add("I LIKES Jazz.", user_id="ann")["results"][0]["id"]
-    both_read = threading.Barrier(2)
     check = Memory._require_current
 
-    def meet(fact: Any, now: datetime) -> None:
+    def slow(fact: Any, now: datetime) -> None:
         check(fact, now)
-        both_read.wait(30)
+        time.sleep(0.05)
 
-    monkeypatch.setattr(Memory, "_require_current", staticmethod(meet))
-    outcomes: dict[str, object] = {}
-
-    def update(facade: Memory, text: str) -> None:
-        try:
-            outcomes[text] = facade.update(fact_id, text=text)
-        except TkgError as exc:
-            outcomes[text] = exc
-
-    threads = [threading.Thread(target=update, args=(f, t)) for f, t in ((one, "User likes A"), (two, "User likes B"))]
+    monkeypatch.setattr(Memory, "_require_current", staticmethod(slow))
+    threads = [
+        threading.Thread(target=facade.update, args=(fact_id,), kwargs={"text": text})
+        for facade, text in ((one, "User likes A"), (two, "User likes B"))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
-    lost = [t for t, o in outcomes.items() if isinstance(o, TkgError)]
-    won = [t for t, o in outcomes.items() if isinstance(o, dict)]
-    assert len(lost) == len(won) == 1
-    assert [r["memory"] for r in one.get_all(filters={"user_id": "ann"})["results"]] == won
-    assert lost[0] not in {f.fact for f in memory.records(Kind.FACT)}
-    assert [e["event"] for e in one.history(fact_id)] == ["ADD", "UPDATE"]
+    assert len(one.get_all(filters={"user_id": "ann"})["results"]) == 1
+    assert [e["event"] for e in two.history(fact_id)] == ["ADD", "UPDATE", "UPDATE"]
+    monkeypatch.setattr(Memory, "_require_current", staticmethod(check))
+    facts_before = sorted(f.id for f in memory.records(Kind.FACT))
+
+    def ended_meanwhile(*args: Any, **kwargs: Any) -> None:
+        raise ValidationError("fact already ends at 2024-05-01T00:00:09+00:00, not after then")
+
+    monkeypatch.setattr(memory, "invalidate_fact", ended_meanwhile)
+    with pytest.raises(TkgError, match="already ends"):
+        one.update(fact_id, text="User likes C")
+    assert sorted(f.id for f in memory.records(Kind.FACT)) == facts_before  # the new version taken back
+    assert "User likes C" not in {f.fact for f in memory.records(Kind.FACT)}

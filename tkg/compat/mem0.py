@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self, TypeVar, overload
@@ -68,6 +69,17 @@ _SAID_BY = "tkg.said_by"  # an updated fact's (role, actor_id): those of the mes
 _IGNORED_CONFIG = ("vector_store", "graph_store", "history_db_path", "reranker", "version", "custom_instructions")
 
 
+#: The lock of the updates and deletes made through facades over each tkg memory (one per memory, however many
+#: facades wrap it; gone with the memory).
+_EDIT_LOCKS: weakref.WeakKeyDictionary[TkgMemory, threading.Lock] = weakref.WeakKeyDictionary()
+_EDIT_LOCKS_GUARD = threading.Lock()
+
+
+def _edit_lock(memory: TkgMemory) -> threading.Lock:
+    with _EDIT_LOCKS_GUARD:
+        return _EDIT_LOCKS.setdefault(memory, threading.Lock())
+
+
 class MemoryNotFoundError(NotFoundError, ValueError):
     """No memory has this id, or it has ended already (a ``ValueError`` as in Mem0, and a tkg error)."""
 
@@ -85,8 +97,8 @@ class Memory:
         self._memory = memory if memory is not None else _memory_from_config(config or {})
         self._shown_vectors: dict[str, Any] = {}  # a kept message's text -> its vector (see _above)
         # An update or a delete reads a memory's latest version, then writes: one at a time, so that two of them
-        # (threads, or AsyncMemory's coroutines) never both replace the same version.
-        self._edits = threading.Lock()
+        # (threads, AsyncMemory's coroutines, or two facades over one tkg memory) never both replace one version.
+        self._edits = _edit_lock(self._memory)
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> Self:
@@ -203,8 +215,8 @@ class Memory:
             try:
                 self._memory.invalidate_fact(fact.id, at=start, note={"replaced_by": new_id})
             except TkgError:
-                # Another writer (another facade over the same memory) ended the old version meanwhile: this update
-                # is undone whole, the new version with it, and the caller told.
+                # Another writer (another process over the same store) ended the old version meanwhile: this
+                # update is undone whole, the new version with it, and the caller told.
                 self._memory.remove_episode(added.episode.id)
                 raise
         return new_id
