@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 import tkg.ingest as ingest_module
-from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, ScriptedLLM
+from tkg import FactInput, FixedClock, HashEmbedder, Kind, Memory, MemoryConfig, RulesLLM, ScriptedLLM
 from tkg.extraction import PlanSettings
 from tkg.invalidation import own_end, text_key
 from tkg.llm import LLMPolicy, Prompt
@@ -699,3 +699,39 @@ def test_a_name_that_may_be_a_known_one_does_not_make_a_statement_said_together(
     assert histories[0] == histories[1]
     cid = next(h for h in histories[0] if h[1] == "works at Cid")
     assert cid[3] == datetime(2022, 1, 1, tzinfo=UTC)  # ended by Smith's Rome
+
+
+@pytest.mark.parametrize("first", ["Ann Smith", "Ann"])
+def test_a_statement_said_together_counts_once_the_llm_has_resolved_the_names(
+    make_store: Callable[[int], Store], first: str
+) -> None:
+    """ "Ann Smith works at Cid since 2017. Ann Smith works at Rome since 2019." in one message, and "works at Rome
+    since 2022" in another whose speaker is named "Ann" or "Ann Smith". "Ann" may be Ann Smith: the planner asks,
+    and the LLM says she is, in the call that also judges the facts; the episode then restated the Rome that was
+    said beside Cid. Cid holds in either order (it was ended in 2019 when the "Ann" message came second)."""
+    rules = RulesLLM()
+
+    def handler(prompt: Prompt, model: Any) -> Any:
+        if model is GraphExtraction:  # sentences without their subject: Ann's Rome reads as Ann Smith's
+            found = extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
+            for fact in found.facts:
+                fact.fact = f"{fact.relation.lower().replace('_', ' ')} {fact.target}"
+            return found
+        return rules.generate(prompt, model)  # names and facts judged by tkg's rules
+
+    said = {
+        "tea": ("Ann Smith LIKES Tea.", "2023-12-01T00:00:00Z"),
+        "rome": (f"{first} WORKS_AT Rome since 2022.", "2024-01-03T00:00:00Z"),
+        "both": ("Ann Smith WORKS_AT Cid since 2017. Ann Smith WORKS_AT Rome since 2019.", "2024-01-01T00:00:00Z"),
+    }
+    histories = []
+    for order in (("tea", "rome", "both"), ("tea", "both", "rome")):
+        memory = new_memory(make_store(EMB.dim), handler=handler)
+        for key in order:
+            memory.add_episode(said[key][0], reference_time=said[key][1], group_id="g")
+        names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+        assert sorted(names.values()) == ["Ann Smith", "Cid", "Rome", "Tea"]
+        facts = memory.get_all("g", include_invalidated=True)
+        histories.append(sorted((names[f.source_id], f.fact, f.valid_at, f.invalid_at) for f in facts))
+    assert histories[0] == histories[1]
+    assert ("Ann Smith", "works at Cid", datetime(2017, 1, 1, tzinfo=UTC), None) in histories[0]

@@ -455,10 +455,21 @@ class EpisodePlanner:
         for entity in draft.entities:
             ids[normalize_name(entity.name)] = self._place(entity, same_as, plan)
         fact_answers = self._fact_answers(questions, answer, plan)
-        for index, item in enumerate(draft.facts):
+        typed = []
+        for item in draft.facts:
             source_id = ids[normalize_name(item.source)]
             target_id = ids[normalize_name(item.target)]
-            relation, attributes = self._typed(item.relation, item.attributes, source_id, target_id, plan)
+            typed.append(
+                (source_id, target_id, *self._typed(item.relation, item.attributes, source_id, target_id, plan))
+            )
+        # The statement each fact of the episode is, its names now resolved.
+        said: list[tuple[str, ...]] = [
+            (s, t, relation, invalidation.text_key(item.sentence))
+            for item, (s, t, relation, _) in zip(draft.facts, typed, strict=True)
+        ]
+        for index, (item, (source_id, target_id, relation, attributes)) in enumerate(
+            zip(draft.facts, typed, strict=True)
+        ):
             new = Fact(
                 id=new_id(),
                 group_id=self.group,
@@ -472,8 +483,33 @@ class EpisodePlanner:
                 episodes=(self.episode.id,),
                 attributes=attributes,
             )
-            self._settle(new, {**questions.inherited.get(index, {}), **fact_answers.get(index, {})}, plan)
+            verdicts = {**questions.inherited.get(index, {}), **fact_answers.get(index, {})}
+            others = {key for other, key in enumerate(said) if other != index}
+            self._settle(new, self._not_said_together(new, verdicts, others), plan)
         return plan
+
+    def _not_said_together(
+        self, new: Fact, verdicts: dict[str, Verdict], others: set[tuple[str, ...]]
+    ) -> dict[str, Verdict]:
+        """``verdicts`` without those on facts one episode said together with ``new``, now that its names are
+        resolved: a fact of a statement another fact of this episode says (``others``), or one stated in an episode
+        that also stated ``new``'s own statement. The questions skip them where the names were known when asked
+        (:meth:`_undecided`); a name the LLM resolved in the same call is known only here. Either way the verdicts
+        are the same whichever episode came first."""
+        if not verdicts:
+            return verdicts
+        key = invalidation.statement_key(new)
+        stated_with = {
+            e
+            for f in self._between([(new.source_id, new.target_id)])
+            if invalidation.statement_key(f) == key
+            for e in f.episodes
+        }
+        judged = [f for f in self.store.get(Kind.FACT, sorted(verdicts)) if isinstance(f, Fact)]
+        together = {
+            f.id for f in judged if invalidation.statement_key(f) in others or not stated_with.isdisjoint(f.episodes)
+        }
+        return {fact_id: v for fact_id, v in verdicts.items() if fact_id not in together}
 
     def _typed(
         self, relation: str, attributes: dict[str, object], source_id: str, target_id: str, plan: GraphPlan
