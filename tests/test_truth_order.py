@@ -735,3 +735,48 @@ def test_a_statement_said_together_counts_once_the_llm_has_resolved_the_names(
         histories.append(sorted((names[f.source_id], f.fact, f.valid_at, f.invalid_at) for f in facts))
     assert histories[0] == histories[1]
     assert ("Ann Smith", "works at Cid", datetime(2017, 1, 1, tzinfo=UTC), None) in histories[0]
+
+
+def _history(memory: Memory) -> list[tuple[Any, ...]]:
+    facts = memory.get_all("g", include_invalidated=True)
+    return sorted((f.fact, f.valid_at, f.invalid_at, f.expired_at is not None) for f in facts)
+
+
+def test_statements_said_together_and_apart_settle_alike_in_any_order_and_after_a_removal(
+    make_store: Callable[[int], Store],
+) -> None:
+    """Cid said alone, and beside Rome in another message: while one message says both, both hold, whichever
+    came first (the contradiction judged when Cid came alone does not count); removing that message is never
+    having added it (Cid said alone is judged against Rome and ends). When the message saying both was not asked
+    about (known as said together), a removal left Cid holding where never adding it ended it."""
+    rome = ("Ann Smith WORKS_AT Rome since 2022.", "2024-01-01T00:00:00Z")
+    cid = ("Ann Smith WORKS_AT Cid since 2017.", "2024-01-03T00:00:00Z")
+    for together in (
+        ("Ann Smith WORKS_AT Cid since 2017. Ann Smith WORKS_AT Rome since 2022.", "2024-01-02T00:00:00Z"),
+        ("Ann Smith WORKS_AT Cid since 2017. Ann Smith WORKS_AT Rome since 2019.", "2024-01-02T00:00:00Z"),
+    ):
+        said = [rome, together, cid]
+        histories = []
+        for order in ((0, 1, 2), (0, 2, 1), (1, 2, 0), (2, 1, 0)):
+            memory = new_memory(make_store(EMB.dim))
+            for i in order:
+                memory.add_episode(said[i][0], reference_time=said[i][1], group_id="g")
+            histories.append(_history(memory))
+            assert ("Ann Smith works at Cid", datetime(2017, 1, 1, tzinfo=UTC), None, False) in histories[-1]
+        assert all(h == histories[0] for h in histories)
+        removed = new_memory(make_store(EMB.dim))
+        for i in (0, 1, 2):
+            episode = removed.add_episode(said[i][0], reference_time=said[i][1], group_id="g").episode
+            if i == 1:
+                both = episode.id
+        removed.remove_episode(both)
+        never = new_memory(make_store(EMB.dim))
+        for i in (0, 2):
+            never.add_episode(said[i][0], reference_time=said[i][1], group_id="g")
+        assert _history(removed) == _history(never)
+        assert (
+            "Ann Smith works at Cid",
+            datetime(2017, 1, 1, tzinfo=UTC),
+            datetime(2022, 1, 1, tzinfo=UTC),
+            True,
+        ) in _history(never)

@@ -133,21 +133,12 @@ class EpisodePlanner:
             match, maybe, _ = self._verdict(entity.name)
             if match is None and maybe:
                 out.names.append(AmbiguousName(entity.name, entity.label, entity.summary, maybe))
-        all_ends = [(self._possible_ids(item.source), self._possible_ids(item.target)) for item in draft.facts]
-        # The statement each fact of the episode is, when both its ends are known entities (a name that may be a
-        # new one is resolved by the LLM only later, in the call these questions go to).
-        statements: list[set[tuple[str, ...]]] = [
-            {(ends[0][0], ends[1][0], item.relation, invalidation.text_key(item.sentence))}
-            if len(ends[0]) == len(ends[1]) == 1 and ends[0][0] and ends[1][0]
-            else set()
-            for item, ends in zip(draft.facts, all_ends, strict=True)
-        ]
-        for index, (item, ends) in enumerate(zip(draft.facts, all_ends, strict=True)):
+        for index, item in enumerate(draft.facts):
+            ends = [self._possible_ids(item.source), self._possible_ids(item.target)]
             sources = {i for i in ends[0] if i}
             targets = {i for i in ends[1] if i}
             probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
-            said_too = set().union(*(keys for other, keys in enumerate(statements) if other != index))
-            undecided, inherited = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1, said_too)
+            undecided, inherited = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1)
             if inherited:
                 out.inherited[index] = inherited
             if undecided:
@@ -156,7 +147,7 @@ class EpisodePlanner:
         return out
 
     def _undecided(
-        self, probe: Fact, sources: set[str], targets: set[str], resolved: bool, said_too: set[tuple[str, ...]]
+        self, probe: Fact, sources: set[str], targets: set[str], resolved: bool
     ) -> tuple[list[Fact], dict[str, Verdict]]:
         """The facts the LLM must judge against a new one (``probe``, whose ends may be any of ``sources`` x
         ``targets``): those that may concern it (superseded ones included) and that neither the sentence nor the
@@ -166,9 +157,7 @@ class EpisodePlanner:
         earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
         episode said both). A contradiction or a duplicate is copied onto the new fact, so that it holds even once
         the restatement it came from is removed (exactly what a consistent LLM, asked again, would say);
-        "compatible" is what no verdict means, so it needs no copy. Likewise a stored statement that another fact
-        of this episode states again (``said_too``: the statement keys those may be) is not asked about: one
-        episode said both, whichever of the two episodes came first.
+        "compatible" is what no verdict means, so it needs no copy.
 
         Nothing here reads all the facts of an entity: the candidates are the facts between the two ends, the
         closest facts of the same relation (read closest first until the shown statements are certain), the
@@ -231,12 +220,7 @@ class EpisodePlanner:
                 if old.id in seen:
                     continue
                 seen.add(old.id)
-                if (
-                    old.id not in known
-                    and concerns(old)
-                    and not together.intersection(old.episodes)
-                    and invalidation.statement_key(old) not in said_too
-                ):
+                if old.id not in known and concerns(old) and not together.intersection(old.episodes):
                     statements.setdefault(invalidation.statement_key(old), []).append(old)
 
         take(paired)
@@ -455,21 +439,10 @@ class EpisodePlanner:
         for entity in draft.entities:
             ids[normalize_name(entity.name)] = self._place(entity, same_as, plan)
         fact_answers = self._fact_answers(questions, answer, plan)
-        typed = []
-        for item in draft.facts:
+        for index, item in enumerate(draft.facts):
             source_id = ids[normalize_name(item.source)]
             target_id = ids[normalize_name(item.target)]
-            typed.append(
-                (source_id, target_id, *self._typed(item.relation, item.attributes, source_id, target_id, plan))
-            )
-        # The statement each fact of the episode is, its names now resolved.
-        said: list[tuple[str, ...]] = [
-            (s, t, relation, invalidation.text_key(item.sentence))
-            for item, (s, t, relation, _) in zip(draft.facts, typed, strict=True)
-        ]
-        for index, (item, (source_id, target_id, relation, attributes)) in enumerate(
-            zip(draft.facts, typed, strict=True)
-        ):
+            relation, attributes = self._typed(item.relation, item.attributes, source_id, target_id, plan)
             new = Fact(
                 id=new_id(),
                 group_id=self.group,
@@ -483,33 +456,8 @@ class EpisodePlanner:
                 episodes=(self.episode.id,),
                 attributes=attributes,
             )
-            verdicts = {**questions.inherited.get(index, {}), **fact_answers.get(index, {})}
-            others = {key for other, key in enumerate(said) if other != index}
-            self._settle(new, self._not_said_together(new, verdicts, others), plan)
+            self._settle(new, {**questions.inherited.get(index, {}), **fact_answers.get(index, {})}, plan)
         return plan
-
-    def _not_said_together(
-        self, new: Fact, verdicts: dict[str, Verdict], others: set[tuple[str, ...]]
-    ) -> dict[str, Verdict]:
-        """``verdicts`` without those on facts one episode said together with ``new``, now that its names are
-        resolved: a fact of a statement another fact of this episode says (``others``), or one stated in an episode
-        that also stated ``new``'s own statement. The questions skip them where the names were known when asked
-        (:meth:`_undecided`); a name the LLM resolved in the same call is known only here. Either way the verdicts
-        are the same whichever episode came first."""
-        if not verdicts:
-            return verdicts
-        key = invalidation.statement_key(new)
-        stated_with = {
-            e
-            for f in self._between([(new.source_id, new.target_id)])
-            if invalidation.statement_key(f) == key
-            for e in f.episodes
-        }
-        judged = [f for f in self.store.get(Kind.FACT, sorted(verdicts)) if isinstance(f, Fact)]
-        together = {
-            f.id for f in judged if invalidation.statement_key(f) in others or not stated_with.isdisjoint(f.episodes)
-        }
-        return {fact_id: v for fact_id, v in verdicts.items() if fact_id not in together}
 
     def _typed(
         self, relation: str, attributes: dict[str, object], source_id: str, target_id: str, plan: GraphPlan

@@ -193,8 +193,22 @@ class _Classes:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
+def _episodes_of(facts: Sequence[Fact], statement: Mapping[str, str]) -> dict[str, set[str]]:
+    """The episodes that said each statement (``statement``: fact id -> its statement's root)."""
+    said: dict[str, set[str]] = {}
+    for fact in facts:
+        said.setdefault(statement[fact.id], set()).update(fact.episodes)
+    return said
+
+
 def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> tuple[_Classes, set[tuple[str, str]]]:
-    """The statement of each fact (classes) and the contradicting pairs of statements (roots, both orders)."""
+    """The statement of each fact (classes) and the contradicting pairs of statements (roots, both orders).
+
+    An LLM's verdict between two statements that one episode says both of does not count while it does: one message
+    said both, so they are two statements and both hold (the verdict counts again once no episode says both, as
+    after a removal). Whether two verbatim statements are said together is decided before any "same" verdict joins
+    them, so the answer does not depend on the order verdicts are read in. A single-valued relation of the ontology
+    decides on its own."""
     classes = _Classes(f.id for f in facts)
     by_statement: dict[tuple[str, ...], list[str]] = {}
     for fact in facts:  # the deterministic half of same_statement(), grouped instead of compared pairwise
@@ -203,7 +217,9 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
     for ids in by_statement.values():
         for member in ids[1:]:
             classes.union(ids[0], member)
-    pairs: list[tuple[str, str]] = []
+    verbatim = {f.id: classes.find(f.id) for f in facts}
+    said_in = _episodes_of(facts, verbatim)
+    judged: list[tuple[str, str]] = []
     known = {f.id: f for f in facts}
     for fact in facts:
         for other_id in fact.verdicts:
@@ -211,10 +227,12 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
             if other is None:
                 continue
             found = verdict_between(fact, other)
-            if found == Verdict.SAME:
+            if found == Verdict.SAME and said_in[verbatim[fact.id]].isdisjoint(said_in[verbatim[other_id]]):
                 classes.union(fact.id, other_id)
             elif found == Verdict.CONTRADICTS:
-                pairs.append((fact.id, other_id))
+                judged.append((fact.id, other_id))
+    said_in = _episodes_of(facts, {f.id: classes.find(f.id) for f in facts})
+    pairs = [(a, b) for a, b in judged if said_in[classes.find(a)].isdisjoint(said_in[classes.find(b)])]
     by_subject: dict[tuple[str, str], list[Fact]] = {}
     for fact in facts:
         if single_valued(fact.relation):
