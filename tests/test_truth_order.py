@@ -780,3 +780,62 @@ def test_statements_said_together_and_apart_settle_alike_in_any_order_and_after_
             datetime(2022, 1, 1, tzinfo=UTC),
             True,
         ) in _history(never)
+
+
+#: A message of one person saying one to three things on one day: (who, [(relation, object, from, years), ...], day).
+said_together = st.tuples(
+    st.sampled_from(PEOPLE),
+    st.lists(
+        st.tuples(
+            st.sampled_from(RELATIONS),
+            st.sampled_from(OBJECTS),
+            st.integers(2010, 2016),
+            st.one_of(st.none(), st.integers(0, 3)),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(0, 3),
+)
+
+
+def together_message(said: Any) -> tuple[str, datetime]:
+    who, parts, day = said
+    sentences = [
+        f"I {rel} {what} since {year}" + ("" if span is None else f" until {year + span}")
+        for rel, what, year, span in parts
+    ]
+    return f"{who}: " + ". ".join(sentences) + ".", datetime(2024, 1, 1 + day, tzinfo=UTC)
+
+
+@SETTINGS
+@given(history=st.lists(said_together, min_size=1, max_size=4), data=st.data())
+def test_any_arrival_order_of_messages_saying_several_things_gives_the_same_history(
+    make_store: Callable[[int], Store], history: list[Any], data: st.DataObject
+) -> None:
+    """Messages that say several things at once (facts said together, compatible while a message says both),
+    in any arrival order (those of one day in their order: the later one is the newer word), and any one of them
+    removed afterwards: the same history as in order, and as never having added the removed one."""
+    note(f"history: {history!r}")
+    items = [together_message(said) for said in history]
+
+    def run(order: Sequence[int]) -> tuple[Memory, list[str]]:
+        memory = new_memory(make_store(EMB.dim))
+        ids = [memory.add_episode(items[i][0], reference_time=items[i][1], group_id="g").episode.id for i in order]
+        for fact in memory.records(Kind.FACT):  # over every record
+            assert isinstance(fact, Fact)
+            assert fact.valid_at is None or fact.invalid_at is None or fact.invalid_at >= fact.valid_at, fact
+            assert (fact.expired_at is None) == (fact.invalidated_by is None), fact
+        return memory, ids
+
+    queues: dict[datetime, list[int]] = {}
+    for i, (_, when) in enumerate(items):
+        queues.setdefault(when, []).append(i)
+    arrival = [queues[items[i][1]].pop(0) for i in data.draw(st.permutations(range(len(items))))]
+    in_order, ids = run(range(len(items)))
+    shuffled, _ = run(arrival)
+    assert canonical(shuffled) == canonical(in_order)
+    gone = data.draw(st.integers(0, len(items) - 1))
+    in_order.remove_episode(ids[gone])
+    never, _ = run([i for i in range(len(items)) if i != gone])
+    assert canonical(in_order) == canonical(never)
