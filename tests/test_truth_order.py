@@ -668,34 +668,53 @@ def test_a_statement_an_episode_says_beside_another_is_compatible_with_it_whiche
     assert histories[0] == histories[1]
 
 
+def _without_subject(found: GraphExtraction) -> GraphExtraction:
+    """Sentences without their subject ("works at Rome"): one person's fact reads as another's would."""
+    for fact in found.facts:
+        fact.fact = f"{fact.relation.lower().replace('_', ' ')} {fact.target}"
+    return found
+
+
+def _named_histories(
+    make_store: Callable[[int], Store],
+    handler: Callable[[Prompt, Any], Any],
+    said: dict[str, tuple[str, str]],
+    orders: Sequence[Sequence[str]],
+) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
+    """For each arrival order of the messages ``said`` (key -> text, reference time): the entity names, and every
+    fact as (subject name, sentence, valid from, valid until)."""
+    out = []
+    for order in orders:
+        memory = new_memory(make_store(EMB.dim), handler=handler)
+        for key in order:
+            memory.add_episode(said[key][0], reference_time=said[key][1], group_id="g")
+        names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
+        facts = memory.get_all("g", include_invalidated=True)
+        out.append(
+            (sorted(names.values()), sorted((names[f.source_id], f.fact, f.valid_at, f.invalid_at) for f in facts))
+        )
+    return out
+
+
 def test_a_name_that_may_be_a_known_one_does_not_make_a_statement_said_together(
     make_store: Callable[[int], Store],
 ) -> None:
     """ "Ann Smyth works at Rome" beside "Ann Smith works at Cid": Smyth may be Smith (a near name), but the LLM
     finds a new person in the same call that judges the facts, so the episode did not say Smith's Rome again, and
-    Smith's Cid is judged against Smith's Rome in either order (with the possible ids counted as said, it was not
-    asked when Rome came first, and ended otherwise)."""
+    Smith's Cid is judged against Smith's Rome in either order and ends."""
 
     def handler(prompt: Prompt, model: Any) -> Any:
         found = judge(prompt, model)
-        if model is GraphExtraction:  # sentences without their subject: Smyth's Rome reads as Smith's would
-            for fact in found.facts:
-                fact.fact = f"{fact.relation.lower().replace('_', ' ')} {fact.target}"
-        return found
+        return _without_subject(found) if model is GraphExtraction else found  # Smyth's Rome reads as Smith's
 
     said = {
         "tea": ("Ann Smith LIKES Tea.", "2023-12-01T00:00:00Z"),
         "rome": ("Ann Smith WORKS_AT Rome since 2022.", "2024-01-03T00:00:00Z"),
         "both": ("Ann Smith WORKS_AT Cid since 2017. Ann Smyth WORKS_AT Rome since 2019.", "2024-01-01T00:00:00Z"),
     }
-    histories = []
-    for order in (("tea", "rome", "both"), ("tea", "both", "rome")):
-        memory = new_memory(make_store(EMB.dim), handler=handler)
-        for key in order:
-            memory.add_episode(said[key][0], reference_time=said[key][1], group_id="g")
-        names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
-        facts = memory.get_all("g", include_invalidated=True)
-        histories.append(sorted((names[f.source_id], f.fact, f.valid_at, f.invalid_at) for f in facts))
+    histories = [
+        h for _, h in _named_histories(make_store, handler, said, [("tea", "rome", "both"), ("tea", "both", "rome")])
+    ]
     assert histories[0] == histories[1]
     cid = next(h for h in histories[0] if h[1] == "works at Cid")
     assert cid[3] == datetime(2022, 1, 1, tzinfo=UTC)  # ended by Smith's Rome
@@ -712,11 +731,8 @@ def test_a_statement_said_together_counts_once_the_llm_has_resolved_the_names(
     rules = RulesLLM()
 
     def handler(prompt: Prompt, model: Any) -> Any:
-        if model is GraphExtraction:  # sentences without their subject: Ann's Rome reads as Ann Smith's
-            found = extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
-            for fact in found.facts:
-                fact.fact = f"{fact.relation.lower().replace('_', ' ')} {fact.target}"
-            return found
+        if model is GraphExtraction:  # Ann's Rome reads as Ann Smith's
+            return _without_subject(extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker")))
         return rules.generate(prompt, model)  # names and facts judged by tkg's rules
 
     said = {
@@ -724,15 +740,9 @@ def test_a_statement_said_together_counts_once_the_llm_has_resolved_the_names(
         "rome": (f"{first} WORKS_AT Rome since 2022.", "2024-01-03T00:00:00Z"),
         "both": ("Ann Smith WORKS_AT Cid since 2017. Ann Smith WORKS_AT Rome since 2019.", "2024-01-01T00:00:00Z"),
     }
-    histories = []
-    for order in (("tea", "rome", "both"), ("tea", "both", "rome")):
-        memory = new_memory(make_store(EMB.dim), handler=handler)
-        for key in order:
-            memory.add_episode(said[key][0], reference_time=said[key][1], group_id="g")
-        names = {e.id: e.name for e in memory.records(Kind.ENTITY) if isinstance(e, Entity)}
-        assert sorted(names.values()) == ["Ann Smith", "Cid", "Rome", "Tea"]
-        facts = memory.get_all("g", include_invalidated=True)
-        histories.append(sorted((names[f.source_id], f.fact, f.valid_at, f.invalid_at) for f in facts))
+    runs = _named_histories(make_store, handler, said, [("tea", "rome", "both"), ("tea", "both", "rome")])
+    assert all(names == ["Ann Smith", "Cid", "Rome", "Tea"] for names, _ in runs)
+    histories = [h for _, h in runs]
     assert histories[0] == histories[1]
     assert ("Ann Smith", "works at Cid", datetime(2017, 1, 1, tzinfo=UTC), None) in histories[0]
 

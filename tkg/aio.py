@@ -39,6 +39,7 @@ from tkg.context import Context
 from tkg.embedders.base import Embedder
 from tkg.errors import ConfigurationError, IngestorClosedError, WaitTimeoutError
 from tkg.ingest import EpisodeResult, RemovalResult
+from tkg.inputs import not_a_batch
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.memory import EpisodeInput, FactInput, Memory
 from tkg.memory_reads import Groups
@@ -455,11 +456,9 @@ class AsyncMemory:
 
 
 def _batch(items: Any) -> Any:
-    """``items`` (the inputs of one call) as a list, read now, when it is a collection of inputs; else as it is, for
-    the memory to refuse with its own error (a string, a mapping or one input is not a batch)."""
-    if isinstance(items, str | bytes | Mapping | EpisodeInput | FactInput) or not isinstance(items, Iterable):
-        return items
-    return list(items)
+    """``items`` (the inputs of one call) as a list, read now, when it is a batch of inputs; else as it is, for the
+    memory to refuse with its own error (:func:`tkg.inputs.not_a_batch`)."""
+    return items if not_a_batch(items) else list(items)
 
 
 def _close(

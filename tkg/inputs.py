@@ -217,13 +217,19 @@ def resolve_when(value: datetime | str | None, what: str, reference: datetime) -
         return resolved
 
 
+def not_a_batch(items: object) -> bool:
+    """Whether ``items``, given where a batch of inputs is wanted, is none: a string, bytes, a mapping, one input, or
+    not iterable at all (each a common slip for a list of one)."""
+    return isinstance(items, str | bytes | Mapping | EpisodeInput | FactInput) or not isinstance(items, Iterable)
+
+
 def structured_facts(
     facts: Iterable[FactInput | Mapping[str, Any]], reference: datetime
 ) -> tuple[list[dict[str, Any]], Draft]:
     """The JSON document an :meth:`tkg.Memory.add_facts` episode keeps, and the draft of its entities and facts.
     A fact without ``valid_at`` holds from ``reference`` (one given only ``invalid_at``: from an unknown start);
     time phrases resolve against it."""
-    if isinstance(facts, (str, bytes, Mapping)) or not isinstance(facts, Iterable):
+    if not_a_batch(facts):
         raise ValidationError(f"add_facts takes an iterable of facts (FactInput or mappings), not {facts!r}")
     items = [FactInput.of(f) for f in facts]
     if not items:

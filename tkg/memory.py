@@ -23,7 +23,7 @@ from tkg.errors import (
     ValidationError,
 )
 from tkg.ingest import EpisodeResult, Ingestor, RemovalResult
-from tkg.inputs import EpisodeInput, FactInput, check_metadata, make_episode, structured_facts
+from tkg.inputs import EpisodeInput, FactInput, check_metadata, make_episode, not_a_batch, structured_facts
 from tkg.journal import JournalPolicy
 from tkg.llm.base import LLMClient, LLMUsage
 from tkg.llm.guard import GuardedLLM
@@ -283,7 +283,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
         Returns one result per episode, in order. An episode whose LLM calls failed for good is stored with
         status ``failed`` (see :meth:`retry`); its result says so and the others are unaffected.
         """
-        if isinstance(episodes, str | bytes | Mapping | EpisodeInput) or not isinstance(episodes, Iterable):
+        if not_a_batch(episodes):
             raise ValidationError("add_episodes takes an iterable of episodes (EpisodeInput, mappings or strings)")
         inputs = [EpisodeInput.of(item) for item in episodes]
         extract_ = self._wants_llm(extract)
