@@ -215,7 +215,8 @@ def test_update_delete_and_history_keep_every_version() -> None:
         ("UPDATE", "User likes Jazz", "User likes jazz and blues"),
         ("DELETE", "User likes jazz and blues", None),
     ]
-    assert [e["created_at"][:10] for e in history] == ["2024-05-01", "2024-06-01", "2024-07-01"]
+    assert [e["updated_at"][:10] for e in history] == ["2024-05-01", "2024-06-01", "2024-07-01"]
+    assert {e["created_at"][:10] for e in history} == {"2024-05-01"}  # as Mem0: when the memory was created
     assert history[-1]["is_deleted"] and history[-1]["invalid_at"].startswith("2024-07-01")
     assert history[0]["valid_at"].startswith("2020-01-01") and {"expired_at", "invalid_at"} <= history[0].keys()
     with pytest.raises(MemoryNotFoundError, match="ended already"):
@@ -243,7 +244,7 @@ def test_a_metadata_update_of_a_fact_that_has_not_started_is_kept() -> None:
     earlier = m.get_all(filters={"user_id": "ann"}, as_of=then, known_at="2024-05-15T00:00:00Z")["results"]
     assert [r["metadata"] for r in earlier] == [{"source": "chat"}]
     history = m.history(fact_id)
-    assert [(e["event"], e["old_memory"], e["new_memory"], e["created_at"][:10]) for e in history] == [
+    assert [(e["event"], e["old_memory"], e["new_memory"], e["updated_at"][:10]) for e in history] == [
         ("ADD", None, "User likes Jazz", "2024-05-01"),
         ("UPDATE", "User likes Jazz", "User likes Jazz", "2024-06-01"),
     ]
@@ -603,7 +604,8 @@ def test_extracted_memories_keep_their_message_s_role_and_actor() -> None:
         ("ADD", "user", "Ann"),
         ("UPDATE", "user", "Ann"),
     ]
-    assert all(r["updated_at"] == r["created_at"] for r in rows)  # each row: when that change was made
+    assert [r["updated_at"][:10] for r in rows] == ["2024-05-01", "2024-06-01"]  # each row: when it was made
+    assert {r["created_at"] for r in rows} == {rows[0]["updated_at"]}  # the memory's creation, on every row
     kept = m.add({"role": "assistant", "name": "Robo", "content": "Noted."}, user_id="ann", infer=False)
     assert [(r["event"], r["role"], r["actor_id"]) for r in m.history(kept["results"][0]["id"])] == [
         ("ADD", "assistant", "Robo")
@@ -826,3 +828,89 @@ def test_facades_over_one_memory_update_it_one_at_a_time_and_a_lost_race_is_undo
         one.update(fact_id, text="User likes C")
     assert sorted(f.id for f in memory.records(Kind.FACT)) == facts_before  # the new version taken back
     assert "User likes C" not in {f.fact for f in memory.records(Kind.FACT)}
+
+
+def test_history_rows_carry_the_memory_s_creation_and_the_change_s_time() -> None:
+    """As in Mem0's suite (a DELETE row keeps the memory's created_at): every row of a memory's history carries
+    when the memory was created; updated_at is when that change was made. Before, created_at was the change's."""
+    clock = FixedClock("2024-01-01T00:00:00Z")
+    m = offline(clock)
+    kept = m.add("I like Python.", user_id="u", infer=False)["results"][0]["id"]
+    clock.set("2024-03-01T00:00:00Z")
+    m.update(kept, "I like Rust.")
+    rows = m.history(kept)
+    assert [(r["event"], r["created_at"][:10], r["updated_at"][:10]) for r in rows] == [
+        ("ADD", "2024-01-01", "2024-01-01"),
+        ("UPDATE", "2024-01-01", "2024-03-01"),
+    ]
+    assert m.get(kept)["created_at"] == rows[0]["created_at"]
+    m2 = with_llm(clock := FixedClock("2024-01-01T00:00:00Z"))
+    fact = m2.add("I LIKES Jazz.", user_id="u")["results"][0]["id"]
+    clock.set("2024-02-01T00:00:00Z")
+    m2.delete(fact)
+    rows = m2.history(fact)
+    assert [(r["event"], r["created_at"][:10], r["updated_at"][:10]) for r in rows] == [
+        ("ADD", "2024-01-01", "2024-01-01"),
+        ("DELETE", "2024-01-01", "2024-02-01"),
+    ]
+
+
+def test_a_star_on_a_scope_id_reads_every_id_of_that_kind() -> None:
+    """Mem0's "*" means present, on its scope ids too: {"user_id": "u1", "agent_id": "*"} reads what u1 added with
+    any agent, not with none (it was taken as the agent id "*", and read nothing). delete_all refuses it: it
+    erases named scopes only."""
+    m = offline()
+    m.add("agent memory", user_id="u1", agent_id="bot", infer=False)
+    m.add("other agent", user_id="u1", agent_id="helper", infer=False)
+    m.add("user-only memory", user_id="u1", infer=False)
+    m.add("someone else", user_id="u2", agent_id="bot", infer=False)
+    wanted = {"user_id": "u1", "agent_id": "*"}
+    assert sorted(texts(m.get_all(filters=wanted))) == ["agent memory", "other agent"]
+    assert sorted(texts(m.search("memory agent", filters=wanted))) == ["agent memory", "other agent"]
+    assert sorted(texts(m.get_all(filters={"agent_id": "*"}))) == ["agent memory", "other agent", "someone else"]
+    assert sorted(texts(m.get_all(filters={"user_id": "u1"}))) == ["agent memory", "other agent", "user-only memory"]
+    with pytest.raises(ValidationError, match="names none"):
+        m.delete_all(user_id="*")
+    assert len(m.get_all(filters={"user_id": "*"})["results"]) == 4  # nothing erased
+
+
+def test_expiration_date_hides_a_memory_after_that_day_unless_show_expired() -> None:
+    """Mem0's expiration_date on add and update (it raised TypeError): kept beside the memory, and from the day
+    after, the memory is left out of get_all and search unless show_expired; update sets, changes or clears it;
+    a date that is not one is refused, and nothing is added."""
+    clock = FixedClock("2024-05-01T00:00:00Z")
+    m = with_llm(clock)
+    kept = m.add("Renew the passport.", user_id="u", infer=False, expiration_date="2024-05-10")["results"][0]
+    fact = m.add("I LIKES Jazz.", user_id="u", expiration_date="2024-06-30")["results"][0]
+    m.add("I LIKES Opera.", user_id="u")
+    assert (kept["expiration_date"], fact["expiration_date"]) == ("2024-05-10", "2024-06-30")
+    assert kept["metadata"] is None  # shown beside the metadata, as Mem0 does
+
+    def shown(**kwargs: Any) -> list[str]:
+        return sorted(texts(m.get_all(filters={"user_id": "u"}, **kwargs)))
+
+    def searched(**kwargs: Any) -> list[str]:
+        return sorted(texts(m.search("passport jazz opera", filters={"user_id": "u"}, **kwargs)))
+
+    everything = ["Renew the passport.", "User likes Jazz", "User likes Opera"]
+    assert shown() == searched() == everything
+    clock.set("2024-05-10T23:00:00Z")  # the last day it holds
+    assert shown() == everything
+    clock.set("2024-05-11T00:00:00Z")
+    assert shown() == searched() == ["User likes Jazz", "User likes Opera"]
+    assert shown(show_expired=True) == searched(show_expired=True) == everything
+    assert shown(as_of="2024-05-05T00:00:00Z") == everything  # read as of a day it held
+    assert m.get(kept["id"])["expiration_date"] == "2024-05-10"  # get finds it, as in Mem0
+    assert m.get_all(filters={"user_id": "u", "expiration_date": "2024-06-30"})["results"][0]["memory"] == (
+        "User likes Jazz"
+    )
+    m.update(kept["id"], expiration_date="2024-12-31")
+    assert shown() == everything
+    new_fact = m.update(fact["id"], expiration_date="2024-05-01")["id"]
+    assert shown() == ["Renew the passport.", "User likes Opera"]
+    m.update(new_fact, expiration_date=None)
+    assert shown() == everything and m.get(new_fact)["expiration_date"] is None
+    for bad in ("next week", "2024-13-01", 20240501):
+        with pytest.raises(ValidationError, match="expiration_date"):
+            m.add("Bad date.", user_id="u", infer=False, expiration_date=bad)
+    assert set(shown(show_expired=True)) == set(everything)  # with the updated versions of the fact

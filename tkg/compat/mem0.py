@@ -34,14 +34,22 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Self, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from tkg.compat.hits import merged, unextracted
-from tkg.compat.mem0_filters import SCOPE_KEYS, check_scope_id, matches, scope_group, scope_of, scopes_covered
+from tkg.compat.mem0_filters import (
+    ANY,
+    SCOPE_KEYS,
+    check_scope_id,
+    matches,
+    scope_group,
+    scope_of,
+    scopes_covered,
+)
 from tkg.compat.mem0_filters import split_filters as _split
 from tkg.compat.messages import Message, episode_inputs, message_of, parse_messages
 from tkg.embedders.base import Embedder
@@ -65,6 +73,9 @@ _REPLACES = "tkg.replaces"
 _PREVIOUS = "tkg.previous"
 _SHOWN_VECTORS = 4096  # the vectors of kept messages' texts remembered for threshold (forgotten all at once)
 _SAID_BY = "tkg.said_by"  # an updated fact's (role, actor_id): those of the message the first version came from
+#: Mem0's expiration date of a memory (YYYY-MM-DD), kept in its metadata and shown beside it, as Mem0 keeps it.
+EXPIRES = "expiration_date"
+_UNSET: Any = object()  # update(): an argument not given (None is a value: no expiration date)
 #: Mem0 configuration keys that have no meaning here (tkg has its own storage and ranking).
 _IGNORED_CONFIG = ("vector_store", "graph_store", "history_db_path", "reranker", "version", "custom_instructions")
 
@@ -133,18 +144,24 @@ class Memory:
         timestamp: datetime | str | int | float | None = None,
         memory_type: str | None = None,
         prompt: str | None = None,
+        expiration_date: date | str | None = None,
     ) -> dict[str, list[dict[str, Any]]]:
         """Add messages (a string, one ``{"role", "content"}`` dict, or a list of them; ``system`` messages are
         skipped) to the scope the ids name. Each message is one episode whose speaker is its ``name``, else its
         role. With an LLM and ``infer`` its facts are extracted (one call per message, concurrently); otherwise it
         is kept as it is. Returns ``{"results": [...]}``: ``ADD`` for a new fact or kept message, ``NOOP`` for a
-        fact stated again, ``DELETE`` for a fact the new one ended (kept, with its ``invalid_at``)."""
+        fact stated again, ``DELETE`` for a fact the new one ended (kept, with its ``invalid_at``).
+        ``expiration_date`` (YYYY-MM-DD): from the day after, the memories of these messages are left out of
+        ``search`` and ``get_all`` unless ``show_expired`` (as in Mem0; nothing is erased)."""
         if memory_type is not None:
             raise ValidationError(f"memory_type {memory_type!r} is not supported by tkg (no procedural memories)")
         if prompt is not None:
             raise ValidationError("a custom extraction prompt is not supported by tkg; use an Ontology")
         group = scope_group(_scope(user_id, agent_id, run_id))
         extra = _caller_metadata(metadata)
+        expires = _expiration(expiration_date)
+        if expires is not None:
+            extra[EXPIRES] = expires
         when = _when(timestamp)
         inputs = episode_inputs(
             parse_messages(messages, skip_system=True), group, SOURCE, reference_time=when, metadata=extra
@@ -168,17 +185,20 @@ class Memory:
         text: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         data: str | None = None,
+        expiration_date: Any = _UNSET,
     ) -> dict[str, Any]:
         """Give a memory new text and/or metadata. A fact is ended now and the new version added as a new fact
         (its id is returned; the old id keeps working: reads, updates and deletes go to its latest version, and
         ``history`` of either shows every version). A kept message keeps its id, its earlier text in its
-        history."""
+        history. ``expiration_date``: a new one (YYYY-MM-DD), or None for none."""
         text = text if text is not None else data
-        if text is None and metadata is None:
-            raise ValidationError("give text, metadata or both")
+        if text is None and metadata is None and expiration_date is _UNSET:
+            raise ValidationError("give text, metadata or expiration_date")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise ValidationError("text must be a non-empty string")
         changes = _caller_metadata(metadata)
+        if expiration_date is not _UNSET:
+            changes[EXPIRES] = _expiration(expiration_date)
         with self._edits:
             record = self._latest(self._record(memory_id))
             if isinstance(record, Fact):
@@ -260,6 +280,8 @@ class Memory:
         """Erase everything added in the scopes these ids cover (a privacy request: unlike ``delete``, nothing of
         it is kept). At least one id is required; :meth:`reset` erases every scope."""
         wanted = _scope(user_id, agent_id, run_id)
+        if ANY in wanted.values():
+            raise ValidationError(f"delete_all erases the scopes it names: {ANY!r} names none (reset() erases all)")
         for group in scopes_covered(self._memory.groups(), wanted):
             self._memory.delete_group(group)
         return {"message": "Memories deleted successfully!"}
@@ -315,7 +337,8 @@ class Memory:
             if item is not None
         ]
         items = [*self._fact_items(facts, seen_at), *kept]
-        items = [item for item in items if matches(_filterable(item), condition)]
+        today = None if show_expired else self._today(as_of)
+        items = [item for item in items if matches(_filterable(item), condition) and not _expired(item, today)]
         items.sort(key=lambda item: item["created_at"], reverse=True)
         return {"results": items[:count]}
 
@@ -349,6 +372,7 @@ class Memory:
         if not groups or count == 0:
             return {"results": []}
         seen_at = to_utc(known_at, "known_at") if known_at is not None else None
+        today = None if show_expired else self._today(as_of)
         fetch = max(3 * count, 30)
         while True:
             found = self._memory.search(
@@ -368,17 +392,18 @@ class Memory:
             items = []
             for score, record in scored:
                 item = by_id[record.id] if isinstance(record, Fact) else self._episode_item(record)
-                if matches(_filterable(item), condition):
+                if matches(_filterable(item), condition) and not _expired(item, today):
                     items.append({**item, "score": score})
-            # A metadata filter applies to what the search found: when it leaves fewer than asked while the
-            # search had more to give, ask for more (as Mem0 filters before it ranks).
+            # A metadata filter (and an expiration date) applies to what the search found: when it leaves fewer than
+            # asked while the search had more to give, ask for more (as Mem0 filters before it ranks).
             if len(items) >= count or max(len(found.facts), len(found.episodes)) < fetch:
                 return {"results": items[:count]}
             fetch *= 4
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
         """The changes of a memory, oldest first, in Mem0's shape (``event`` ADD / UPDATE / DELETE, ``old_memory``,
-        ``new_memory``, ``created_at`` of the change, ``is_deleted``) with each version's ``valid_at``,
+        ``new_memory``, ``created_at`` of the memory and ``updated_at`` of the change, ``is_deleted``) with each
+        version's ``valid_at``,
         ``invalid_at`` and ``expired_at`` added. Every version of an updated fact is in it, whichever id is given;
         an unknown id has no history."""
         try:
@@ -412,8 +437,11 @@ class Memory:
             if last.expired_at is not None:
                 ended = _event(last.id, "DELETE", last.fact, None, last.expired_at, last, said_by)
                 events.append({**ended, "invalidated_by": last.invalidated_by})
-        events.sort(key=lambda e: e["created_at"])
-        return [{**e, "id": f"{memory_id}.{n}"} for n, e in enumerate(events)]
+        events.sort(key=lambda e: datetime.fromisoformat(e["updated_at"]))
+        # as in Mem0, every row carries when the memory was created (its first version), the change's own time
+        # being updated_at
+        first = events[0]["created_at"] if events else None
+        return [{**e, "created_at": first, "id": f"{memory_id}.{n}"} for n, e in enumerate(events)]
 
     # ------------------------------------------------------------------------------------------------------
     # helpers
@@ -426,6 +454,10 @@ class Memory:
         if not isinstance(record, Fact | Episode) or scope_of(record.group_id) is None:
             raise MemoryNotFoundError(f"Memory with id {memory_id} not found")
         return record
+
+    def _today(self, as_of: datetime | str | None) -> date:
+        """The day an expiration date is judged on: the read's ``as_of``, else the clock's (UTC)."""
+        return (to_utc(as_of, "as_of") if as_of is not None else to_utc(self._memory.clock.now())).date()
 
     @staticmethod
     def _require_current(fact: Fact, now: datetime) -> None:
@@ -792,13 +824,15 @@ def _role_and_actor(episode: Episode) -> tuple[str, str | None]:
 
 def _item(record_id: str, text: str, group: str, created_at: datetime, metadata: Mapping[str, Any]) -> dict[str, Any]:
     scope = scope_of(group) or {}
+    shown = {k: v for k, v in metadata.items() if not k.startswith(RESERVED) and k != EXPIRES}
     return {
         "id": record_id,
         "memory": text,
         "hash": hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest(),  # Mem0's content hash
-        "metadata": {k: v for k, v in metadata.items() if not k.startswith(RESERVED)} or None,
+        "metadata": shown or None,
         "created_at": created_at.isoformat(),
         "updated_at": created_at.isoformat(),  # as Mem0: a new memory was last updated when it was created
+        **({EXPIRES: metadata[EXPIRES]} if EXPIRES in metadata else {}),  # beside the metadata, as Mem0 shows it
         **scope,
     }
 
@@ -807,10 +841,38 @@ def _filterable(item: Mapping[str, Any]) -> dict[str, Any]:
     """What a metadata filter sees: the message's actor and role, the memory's ``created_at`` / ``updated_at`` (as
     times), the metadata, and the memory's own scope ids (last: a filter on ``user_id`` inside ``AND`` / ``OR`` /
     ``NOT`` reads the scope it was added in)."""
-    fields: dict[str, Any] = {key: item[key] for key in ("actor_id", "role") if item.get(key) is not None}
+    fields: dict[str, Any] = {key: item[key] for key in ("actor_id", "role", EXPIRES) if item.get(key) is not None}
     fields.update((key, datetime.fromisoformat(item[key])) for key in ("created_at", "updated_at") if item.get(key))
     scope = {key: item[key] for key in SCOPE_KEYS if item.get(key) is not None}
     return {**fields, **(item.get("metadata") or {}), **scope}
+
+
+def _expiration(value: Any) -> str | None:
+    """An expiration date as Mem0 keeps it: None, or the ISO date (YYYY-MM-DD) of a date, a datetime or a string."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.date().isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value.strip()).isoformat()
+        except ValueError:
+            raise ValidationError(f"expiration_date must be a date in YYYY-MM-DD format, got {value!r}") from None
+    raise ValidationError(f"expiration_date must be a date in YYYY-MM-DD format, got {value!r}")
+
+
+def _expired(item: Mapping[str, Any], today: date | None) -> bool:
+    """Has the memory's expiration date passed by ``today`` (None: expired memories are shown)? A date that does
+    not read as one (a caller's own metadata key) expires nothing, as in Mem0."""
+    expires = item.get(EXPIRES)
+    if today is None or not isinstance(expires, str):
+        return False
+    try:
+        return date.fromisoformat(expires) < today
+    except ValueError:
+        return False
 
 
 def _ended(fact: Fact, now: datetime) -> bool:

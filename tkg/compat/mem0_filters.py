@@ -17,10 +17,12 @@ from typing import Any
 
 from tkg.errors import ValidationError
 
-__all__ = ["SCOPE_KEYS", "matches", "scope_group", "scope_of", "scopes_covered", "split_filters"]
+__all__ = ["ANY", "SCOPE_KEYS", "matches", "scope_group", "scope_of", "scopes_covered", "split_filters"]
 
 #: Mem0's scope ids, in the order they appear in a group name, with their letters.
 SCOPE_KEYS = {"user_id": "u", "agent_id": "a", "run_id": "r"}
+#: A read's scope id that stands for any id of its kind, present (``filters={"agent_id": "*"}``), as in Mem0.
+ANY = "*"
 _PREFIX = "mem0"
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
 _OPERATORS = frozenset({"eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "contains", "icontains"})
@@ -72,17 +74,20 @@ def scope_of(group: str) -> dict[str, str] | None:
 
 
 def scopes_covered(groups: Iterable[str], wanted: Mapping[str, str]) -> list[str]:
-    """The groups whose scope includes every id in ``wanted``, sorted."""
+    """The groups whose scope includes every id in ``wanted``, sorted; an id :data:`ANY` (a read's ``"*"``) is
+    any id of that kind, present."""
     found = []
     for group in groups:
         scope = scope_of(group)
-        if scope is not None and all(scope.get(key) == value for key, value in wanted.items()):
+        if scope is not None and all(
+            key in scope if value == ANY else scope.get(key) == value for key, value in wanted.items()
+        ):
             found.append(group)
     return sorted(found)
 
 
 def split_filters(filters: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, Any]]:
-    """A Mem0 ``filters`` dict split into its scope ids and its metadata conditions."""
+    """A Mem0 ``filters`` dict split into its scope ids (:data:`ANY` for ``"*"``) and its metadata conditions."""
     if filters is not None and not isinstance(filters, Mapping):
         raise ValidationError(f"filters must be a dict, got {type(filters).__name__}")
     scope: dict[str, str] = {}
