@@ -144,3 +144,34 @@ def test_dates_keep_four_digit_years_and_their_seconds() -> None:
     text = m.context("Ann", group_ids="g", include_invalidated=True)
     assert "(0005-01-01 00:00 UTC - 0009-06-01 00:00 UTC)" in text
     assert "(2024-01-01 10:00:10 UTC - 2024-01-01 10:00:50 UTC)" in text
+
+
+def test_one_statement_between_several_pairs_is_one_line() -> None:
+    """The paper's hyper-edge ("Ann, Ben and Cid founded Dex Corp") is stored as one fact per pair with the same
+    sentence and dates: the context shows it once (it printed the same line three times, spending the budget on
+    copies), while every fact it stands for counts as included."""
+    from tkg import FixedClock, HashEmbedder, Memory, ScriptedLLM
+
+    said = {
+        "entities": [{"name": "Ann"}, {"name": "Ben"}, {"name": "Cid"}, {"name": "Dex Corp"}],
+        "facts": [
+            {
+                "source": "Ann",
+                "target": "Dex Corp",
+                "relation": "FOUNDED",
+                "fact": "Ann, Ben and Cid founded Dex Corp",
+                "valid_from": "in 2010",
+                "extra_sources": ["Ben", "Cid"],
+            }
+        ],
+    }
+    memory = Memory(embedder=HashEmbedder(dim=64), llm=ScriptedLLM([said]), clock=FixedClock("2024-06-01T00:00:00Z"))
+    memory.add_episode(
+        "Eve: Ann, Ben and Cid founded Dex Corp in 2010.", group_id="g", reference_time="2024-05-01T00:00:00Z"
+    )
+    assert len(memory.get_all(["g"])) == 3
+    found = memory.search("Who founded Dex Corp?", group_ids=["g"])
+    context = construct(found)
+    assert context.text.count("Ann, Ben and Cid founded Dex Corp") == 1
+    assert len(context.facts) == 3 and context.dropped == 0
+    assert memory.context("Who founded Dex Corp?", group_ids=["g"]).count("founded Dex Corp") == 1

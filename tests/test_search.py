@@ -310,3 +310,52 @@ def test_communities_by_text_and_by_bfs(memory, store):
     found = memory.search("chess players", group_ids="g", config=walk).communities
     assert [s.record.id for s in found] == ["c1", "c2"]  # Cid is one hop from Bob, a member of c1
     assert "<COMMUNITIES>" in memory.context("chess players", group_ids="g", config=walk)
+
+
+def test_episode_mentions_counts_every_saying_of_a_statement() -> None:
+    """The paper's episode-mentions reranker ranks a fact by how often it was said. A statement said again on a
+    later day is a fact of its own, superseded by the one that holds (so is a rewording the LLM judged the same):
+    its saying counts for the fact shown. It counted only the shown fact's own episodes, so "I PLAYS tennis" said
+    on three days scored as "I PLAYS golf" said once."""
+    from tkg.llm import Prompt
+    from tkg.llm.rules import extract
+    from tkg.llm.schema import FactDecision, GraphExtraction, Resolution
+
+    def handler(prompt: Prompt, model: object) -> object:
+        if model is GraphExtraction:  # "tennis weekly": a rewording about tennis
+            said = extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
+            return GraphExtraction.model_validate_json(said.model_dump_json().replace('"tennis weekly"', '"tennis"'))
+        decisions = [
+            FactDecision(
+                new=n, duplicate_of=next((c["number"] for c in item["candidates"] if "tennis" in c["fact"]), None)
+            )
+            for n, item in enumerate(prompt.inputs.get("facts", []), start=1)
+        ]
+        return Resolution(facts=decisions)
+
+    clock = FixedClock("2024-06-01T00:00:00Z")
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=ScriptedLLM(handler=handler),
+        clock=clock,
+        config=MemoryConfig(communities=None),
+    )
+    said = ["I PLAYS tennis.", "I PLAYS golf.", "I PLAYS tennis.", "I PLAYS tennis weekly."]
+    for day, text in enumerate(said, start=1):
+        clock.advance(hours=1)
+        memory.add_episode(f"Ann: {text}", group_id="g", reference_time=f"2024-05-0{day}T10:00:00Z")
+    stored = memory.get_all(["g"], include_invalidated=True)
+    assert len(stored) == 4 and max(len(f.episodes) for f in stored) == 1  # each saying is a fact of its own
+    then = clock.now()
+
+    def ranked(**view: object) -> list[tuple[str, float]]:
+        found = memory.search("Ann plays", group_ids=["g"], config="episode_mentions", targets=["facts"], **view)
+        return [(hit.record.fact, hit.score) for hit in found.facts]
+
+    assert ranked() == [("Ann plays tennis", 3.0), ("Ann plays golf", 1.0)]
+    clock.advance(days=1)
+    memory.add_episode("Ann: I PLAYS golf.", group_id="g", reference_time="2024-05-09T10:00:00Z")
+    memory.add_episode("Ann: I PLAYS golf.", group_id="g", reference_time="2024-05-10T10:00:00Z")
+    memory.add_episode("Ann: I PLAYS golf.", group_id="g", reference_time="2024-05-11T10:00:00Z")
+    assert ranked()[0] == ("Ann plays golf", 4.0)
+    assert ranked(known_at=then) == [("Ann plays tennis", 3.0), ("Ann plays golf", 1.0)]  # as the memory knew then

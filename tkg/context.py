@@ -117,6 +117,7 @@ def construct(
     }
     kept: dict[str, list[Scored]] = {t: [] for t in lists}  # type: ignore[type-arg]
     lines: dict[str, list[str]] = {t: [] for t in lists}
+    shown: dict[str, set[str]] = {t: set() for t in lists}
 
     def fits(text: str) -> bool:
         return (max_chars is None or len(text) <= max_chars) and (
@@ -132,8 +133,13 @@ def construct(
             if full[target]:
                 dropped += 1
                 continue
-            lines[target].append(_line(target, items[rank]))
+            line = _line(target, items[rank])
+            if line in shown[target]:  # one statement between several pairs (a hyper-edge): its line once
+                kept[target].append(items[rank])
+                continue
+            lines[target].append(line)
             if fits(_render(lines)):
+                shown[target].add(line)
                 kept[target].append(items[rank])
             else:
                 lines[target].pop()

@@ -18,7 +18,8 @@ import numpy as np
 from tkg.cosines import inverse_norms
 from tkg.episode_context import rerank_episodes
 from tkg.errors import NotFoundError, ValidationError
-from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, vector_of
+from tkg.invalidation import statement_key, verdict_between
+from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, Verdict, vector_of
 from tkg.ranking import mmr, reorder, rrf
 from tkg.rerankers import CrossEncoder, TermOverlapScorer
 from tkg.search_config import TARGET_KINDS, BfsOrigin, Method, Reranker, SearchConfig, TargetConfig
@@ -293,10 +294,26 @@ def _mmr(run: _Search, kind: Kind, config: TargetConfig, fused: list[Hit]) -> li
 
 def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float]:
     """Facts: the episodes that stated them, as the view knows them (a restatement recorded after ``known_at`` is
-    not counted). Entities: the visible episodes that mention them."""
+    not counted) -- with those of the other facts of the same statement between the same two entities (verbatim,
+    or judged the same by the LLM): a statement said again later is a fact of its own, superseded by the one that
+    holds (:mod:`tkg.invalidation`), and its saying counts for it. Entities: the visible episodes that mention
+    them."""
     if kind is Kind.FACT:
-        shown = run.scope.shown
-        return {r.id: float(len(shown(r).episodes)) for r in run.load(Kind.FACT, ids) if isinstance(r, Fact)}
+        scope = run.scope
+        facts = [scope.shown(r) for r in run.load(Kind.FACT, ids) if isinstance(r, Fact)]
+        pairs = sorted({(f.source_id, f.target_id) for f in facts})
+        known = [scope.shown(f) for f in run.store.facts_between(pairs) if f.created_at <= scope.known_at]
+        by_pair: dict[frozenset[str], list[Fact]] = {}
+        for other in known:
+            by_pair.setdefault(frozenset((other.source_id, other.target_id)), []).append(other)
+        counts = {}
+        for fact in facts:
+            said = set(fact.episodes)
+            for other in by_pair.get(frozenset((fact.source_id, fact.target_id)), ()):
+                if statement_key(other) == statement_key(fact) or verdict_between(fact, other) is Verdict.SAME:
+                    said.update(other.episodes)
+            counts[fact.id] = float(len(said))
+        return counts
     if kind is Kind.ENTITY and ids:
         mentions = run.store.mentions(entity_ids=ids)
         visible = {
