@@ -306,14 +306,14 @@ def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float
         by_pair: dict[frozenset[str], list[Fact]] = {}
         for other in known:
             by_pair.setdefault(frozenset((other.source_id, other.target_id)), []).append(other)
-        counts = {}
+        sayings = {}
         for fact in facts:
             said = set(fact.episodes)
             for other in by_pair.get(frozenset((fact.source_id, fact.target_id)), ()):
                 if statement_key(other) == statement_key(fact) or verdict_between(fact, other) is Verdict.SAME:
                     said.update(other.episodes)
-            counts[fact.id] = float(len(said))
-        return counts
+            sayings[fact.id] = float(len(said))
+        return sayings
     if kind is Kind.ENTITY and ids:
         mentions = run.store.mentions(entity_ids=ids)
         visible = {
