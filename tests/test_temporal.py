@@ -495,6 +495,12 @@ MAY_20 = datetime(2024, 5, 20, 10, 0, tzinfo=UTC)
         ("-44", None),  # was 1 May 2044
         ("-2020-03-01", None),  # was 1 March 2020
         ("-5 days", datetime(2024, 5, 15, tzinfo=UTC)),  # a shift, not a signed date
+        ("10", None),  # dateparser: 1 October, an hour, an age or a day read as a month
+        ("at 10", None),
+        ("by 7", None),
+        ("03", None),
+        ("13", None),  # dateparser: the 13th
+        ("2019", datetime(2019, 1, 1, tzinfo=UTC)),  # four digits: a year
     ],
 )
 def test_phrases_dateparser_misreads_are_read_by_tkg_or_refused(phrase: str, expected: datetime | None) -> None:
@@ -508,3 +514,30 @@ def test_a_time_of_day_written_against_its_number_is_an_instant() -> None:
     for phrase in ("yesterday at 10am", "yesterday at 10 am", "yesterday at 10:00"):
         assert tkg.temporal.resolve_time(phrase, said) == datetime(2024, 4, 30, 4, 30, tzinfo=UTC), phrase
     assert tkg.temporal.resolve_time("yesterday at 12am", said) == datetime(2024, 4, 29, 18, 30, tzinfo=UTC)
+
+
+def test_since_a_month_or_day_without_its_year_is_the_latest_that_has_begun() -> None:
+    """ "since March" said in January is last March (it was this year's, ahead: the fact held neither now nor
+    then); a month or day already begun this year, and phrases without "since", keep the year rule."""
+    january = datetime(2024, 1, 15, 12, tzinfo=timezone(timedelta(hours=-10)))
+    assert resolve_time("since March", january) == day(2023, 3, 1)
+    assert resolve_time("since March 3rd", january) == day(2023, 3, 3)
+    assert resolve_time("Since Jan 16", january) == day(2023, 1, 16)
+    assert resolve_time("since Jan 15", january) == day(2024, 1, 15)  # today has begun
+    assert resolve_time("since January", january) == day(2024, 1, 1)
+    assert resolve_time("in March", january) == resolve_time("March", january) == day(2024, 3, 1)
+    assert resolve_time("since last March", january) == day(2023, 3, 1)
+    assert resolve_time("since March 2024", january) == day(2024, 3, 1)  # a year given is the year
+    assert resolve_time("since Feb 29", datetime(2024, 1, 15, tzinfo=UTC)) is None  # 2023 had none
+
+
+def test_the_end_of_the_period_a_phrase_names() -> None:
+    ref = datetime(2024, 5, 15, 9, tzinfo=timezone(timedelta(hours=2)))
+    assert tkg.temporal.period_end("2019", ref) == day(2020)
+    assert tkg.temporal.period_end("in March 2020", ref) == day(2020, 4, 1)
+    assert tkg.temporal.period_end("summer 2019", ref) == day(2019, 9, 1)
+    assert tkg.temporal.period_end("yesterday", ref) == day(2024, 5, 15)
+    assert tkg.temporal.period_end("2019-05-03", ref) == day(2019, 5, 4)
+    assert tkg.temporal.period_end("last week", ref) == day(2024, 5, 15)
+    for instant_or_part in ("3 hours ago", "now", "early 2019", "2019-05-03T10:00:00Z", "whenever", "", None):
+        assert tkg.temporal.period_end(instant_or_part, ref) is None

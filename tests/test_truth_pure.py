@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +20,7 @@ from tkg.ontology import Ontology, RelationType
 from tkg.profiles import ALSO_NAMED, fold, merge_summary
 from tkg.resolution import is_weak, judge
 from tkg.temporal import resolve_time
+from tkg.timeutil import to_utc
 
 
 def day(y: int, m: int = 1, d: int = 1) -> datetime:
@@ -339,6 +340,40 @@ def test_draft_repairs_what_the_extraction_got_wrong() -> None:
     text = " ".join(draft.warnings)
     for expected in ("empty name", "empty source", "not extracted", "before its start", "could not date"):
         assert expected in text
+
+
+def test_a_missing_or_unreadable_date_never_makes_a_fact_hold_forever_back() -> None:
+    """An empty or unreadable end is no end: the fact is true as of the episode, as with none (it lost its start,
+    and held in every past view). An unreadable start is the episode's time, as its warning says, unless the end
+    comes before the episode. An end naming the same period as the start ends with that period (it was an empty
+    interval, a fact that never held)."""
+    ref = datetime(2024, 6, 30, 20, tzinfo=timezone(timedelta(hours=-4)))
+
+    def dated(start: str | None, end: str | None) -> tuple[datetime | None, datetime | None, list[str]]:
+        said = ExtractedFact(
+            source="Bob",
+            target="Oslo",
+            relation="LIVES_IN",
+            fact="Bob lives in Oslo",
+            valid_from=start,
+            valid_until=end,
+        )
+        draft = from_extraction(GraphExtraction(entities=[], facts=[said]), "Bob", ref)
+        return draft.facts[0].valid_at, draft.facts[0].invalid_at, draft.warnings
+
+    now = to_utc(ref)
+    assert dated(None, "")[:2] == dated(None, "   ")[:2] == (now, None)
+    assert dated(None, "never")[:2] == dated(None, "not sure")[:2] == (now, None)
+    assert any("could not date the end 'not sure'" in w for w in dated(None, "not sure")[2])
+    assert dated("a while back", "2030")[:2] == (now, day(2030))
+    assert "used the episode time" in " ".join(dated("a while back", "2030")[2])
+    start, end, warnings = dated("a while back", "2019")
+    assert (start, end) == (None, day(2019)) and "left it unknown" in " ".join(warnings)
+    assert dated(None, "2019")[:2] == (None, day(2019))  # no start said, an end: since forever, as before
+    assert dated("2019", "2019")[:2] == (day(2019), day(2020))
+    assert dated("in March 2020", "March 2020")[:2] == (day(2020, 3, 1), day(2020, 4, 1))
+    assert dated("2019-05-01", "May 2019")[:2] == (day(2019, 5, 1), day(2019, 6, 1))
+    assert dated("2019", "2021")[:2] == (day(2019), day(2021))  # another period: as said
 
 
 def test_time_phrases_resolve_against_the_reference_time() -> None:

@@ -19,7 +19,7 @@ from tkg.llm.schema import GraphExtraction
 from tkg.models import LABEL_SEPARATOR, has_relation_name, relation_name
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
-from tkg.temporal import resolve_time
+from tkg.temporal import period_end, resolve_time
 from tkg.time_phrases import find_time_phrases
 from tkg.timeutil import SUPPORTED_RANGE, to_utc
 
@@ -139,10 +139,7 @@ def from_extraction(
         relation = relation_name(item.relation)
         if item.relation.strip() and not has_relation_name(item.relation):
             draft.warnings.append(f"fact {item.fact!r}: relation {item.relation!r} has no letter A-Z; read {relation}")
-        valid_at = _date(draft, item.valid_from, reference, languages, "start")
-        invalid_at = _date(draft, item.valid_until, reference, languages, "end")
-        if valid_at is None and item.valid_until is None:
-            valid_at = to_utc(reference, "reference")  # stated without a time: true as of the episode (present tense)
+        valid_at, invalid_at = _interval(draft, item.valid_from, item.valid_until, reference, languages)
         attributes = {}
         if item.attributes:
             attributes, problems = ontology.relation_attributes(relation, item.attributes)
@@ -160,20 +157,45 @@ def from_extraction(
 _NUMERIC_DATE = re.compile(r"^(?:[+-]\d+|\d{4,})(?:-\d{1,2}(?:-\d{1,2}(?:[T ].*)?)?)?$")
 
 
+def _interval(
+    draft: Draft,
+    start: str | None,
+    end: str | None,
+    reference: datetime,
+    languages: tuple[str, ...],
+) -> tuple[datetime | None, datetime | None]:
+    """A fact's (valid_at, invalid_at) from its phrases. No start phrase and no end: true as of the episode
+    (present tense); no start phrase but an end: since forever. A start that cannot be dated is the episode's
+    time, unless the end comes before that (then unknown); an end that cannot be dated (or an empty one) is no
+    end. An end naming the same period as the start ("in 2019", "until 2019") is that period's end."""
+    now = to_utc(reference, "reference")
+    valid_at, start_said = _date(start, reference, languages, "start")
+    invalid_at, end_said = _date(end, reference, languages, "end")
+    unknown_start = start_said and valid_at is None
+    if valid_at is None and (invalid_at is None or (unknown_start and now <= invalid_at)):
+        valid_at = now  # stated without a time, or with one tkg cannot read: true as of the episode
+    if unknown_start:
+        used = "used the episode time" if valid_at is not None else "left it unknown (the end comes before the episode)"
+        draft.warnings.append(f"could not date the start {start!r}; {used}")
+    if end_said and invalid_at is None:
+        draft.warnings.append(f"could not date the end {end!r}; kept it open-ended")
+    if valid_at is not None and invalid_at == valid_at:
+        invalid_at = period_end(end, reference) or invalid_at
+    return valid_at, invalid_at
+
+
 def _date(
-    draft: Draft, phrase: str | None, reference: datetime, languages: tuple[str, ...], which: str
-) -> datetime | None:
+    phrase: str | None, reference: datetime, languages: tuple[str, ...], which: str
+) -> tuple[datetime | None, bool]:
+    """The date of a phrase, and whether one was given (not None, not blank)."""
     if phrase is None or not str(phrase).strip():
-        return None
+        return None, False
     value = resolve_time(phrase, reference, languages)
     if value is None and _NUMERIC_DATE.match(str(phrase).strip()):
         # A date written in digits that is none (year 0, past 9999-12-30, month 13): malformed output, not a
         # vague phrase; the caller turns it into an LLM failure.
         raise ValueError(f"the {which} date {phrase!r} is not a date tkg can store ({SUPPORTED_RANGE})")
-    if value is None:
-        fallback = "used the episode time" if which == "start" else "kept it open-ended"
-        draft.warnings.append(f"could not date the {which} {phrase!r}; {fallback}")
-    return value
+    return value, True
 
 
 def add_fact(

@@ -24,8 +24,9 @@ Calendar rules (d is the reference's local date; all phrases are read by :mod:`t
 - last / this / next week -> d - 7 / d / d + 7;
 - last / this / next month or year -> the first day of the previous / current / next month or year;
 - a date without a year (March 3rd) -> that day in d's year; a month alone (March, in March) -> its first day in
-  d's year; early / mid / late March -> the 1st / 11th / 21st; last March -> the latest March that has ended
-  (before d's month); next March -> the first March after d's month; this March -> March of d's year;
+  d's year; after "since" (since March, since March 3rd), the latest such that has begun by d (since March said
+  in January: last year's); early / mid / late March -> the 1st / 11th / 21st; last March -> the latest March
+  that has ended (before d's month); next March -> the first March after d's month; this March -> March of d's year;
 - a year alone -> 1 January; early / mid / late 2019 -> 1 January / 1 May / 1 September;
 - seasons are meteorological, northern hemisphere (spring March, summer June, autumn / fall September, winter
   December, three months each), a season phrase gives its first day: last summer -> the latest summer that has
@@ -42,7 +43,9 @@ Calendar rules (d is the reference's local date; all phrases are read by :mod:`t
 - an ISO-8601 date -> that date (also in basic form, 20240501); an ISO-8601 date-time -> that instant;
 - a decade (the 1990s) -> 1 January of its first year; the 3rd (a day alone) -> that day of d's month; Q3 2021
   -> the quarter's first day. A decade without its century (the 90s), a quarter without its year and a year
-  written with an apostrophe (March '19) give ``None``: dateparser reads them as seconds, a month or a day.
+  written with an apostrophe (March '19) give ``None``: dateparser reads them as seconds, a month or a day; so
+  does a bare number of up to three digits ("10", "at 7": an hour, an age, a day?), which dateparser reads as a
+  month.
 
 Everything else goes to dateparser (about a millisecond per phrase, with the explicit languages), given the
 reference's local wall-clock time (dateparser computes on an aware base's wall clock and drops its offset, and
@@ -106,7 +109,9 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     said = None if _BASIC_ISO_DATE.match(text) else parse_time_phrase(text)  # the grammar reads 8 digits as a year
     try:
         if said is not None:
-            value: datetime | None = _resolve(said, reference)
+            read = _resolve(said, reference)
+            since = _SINCE.match(text) and said.kind in ("date", "month") and said.year is None and not said.step
+            value: datetime | None = _begun(read, reference) if since else read
         else:
             known, value = _misread_by_dateparser(text, reference)
             if not known:
@@ -114,6 +119,46 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     except (OverflowError, ValueError):  # off the calendar ("9999 years from now", "in 10000", "Feb 30")
         return None
     return value if value is not None and EARLIEST <= value <= LATEST else None
+
+
+def period_end(phrase: str | None, reference: datetime) -> datetime | None:
+    """The first instant after the calendar period a phrase names, said at ``reference``: "2019" -> 1 January
+    2020, "March 2020" -> 1 April 2020, "yesterday" -> today's midnight; ``None`` for an instant ("3 hours ago"),
+    a part of a period ("early 2019") or a phrase the grammar does not read. An end given as the same period as
+    the start ("from 2019 until 2019") means the end of that period."""
+    if phrase is None:
+        return None
+    text = " ".join(str(phrase).split()).strip(" .,;:!?")
+    said = parse_time_phrase(text) if text and len(text) <= MAX_PHRASE else None
+    start = resolve_time(text, reference) if said is not None and said.part is None else None
+    if said is None or start is None:
+        return None
+    try:
+        if said.unit in _PERIOD_DAYS:
+            end = start + timedelta(days=_PERIOD_DAYS[said.unit])
+        elif said.unit in _PERIOD_MONTHS:
+            end = midnight(add_months(start.date(), _PERIOD_MONTHS[said.unit]))
+        else:
+            return None
+    except (OverflowError, ValueError):
+        return None
+    return end if end <= LATEST else None
+
+
+_PERIOD_DAYS = {"day": 1, "weekend": 2, "week": 7}
+_PERIOD_MONTHS = {"month": 1, "season": 3, "year": 12, "decade": 120}
+_SINCE = re.compile(r"^(?:ever\s+)?since\s", re.I)
+
+
+def _begun(value: datetime, reference: datetime) -> datetime | None:
+    """A day or month named without its year after "since": the latest such that has begun by the reference's
+    local date (one year back when this year's is still ahead); None off the calendar."""
+    if value.date() <= reference.date():
+        return value
+    day = value.date()
+    if day.month == 2 and day.day == 29:
+        return None  # no 29 February the year before
+    return midnight(day.replace(year=day.year - 1))
 
 
 def _resolve(said: Expression, reference: datetime) -> datetime:
@@ -239,6 +284,7 @@ _QUARTER = re.compile(r"^(?:in\s+)?(?:q([1-4])\s+(\d{4})|(\d{4})\s+q([1-4]))$", 
 _ANY_QUARTER = re.compile(r"\bq[1-4]\b", re.I)
 _APOSTROPHE_YEAR = re.compile(r"'\d{2}\b")
 _BASIC_ISO_DATE = re.compile(r"^\d{8}$")
+_BARE_NUMBER = re.compile(r"^(?:(?:at|by|on|in|around|about|from|until|till)\s+)?\d{1,3}$", re.I)
 _SIGNED_YEAR = re.compile(r"^([+-])(\d+)(?:-\d{1,2}(?:-\d{1,2}(?:[T ].*)?)?)?$")  # a signed date in digits
 
 
@@ -252,7 +298,7 @@ def _misread_by_dateparser(text: str, reference: datetime) -> tuple[bool, dateti
     if quarter := _QUARTER.match(text):
         number, year = (quarter[1], quarter[2]) if quarter[1] else (quarter[4], quarter[3])
         return True, midnight(date(int(year), 3 * (int(number) - 1) + 1, 1))
-    if _ANY_QUARTER.search(text) or _APOSTROPHE_YEAR.search(text):
+    if _ANY_QUARTER.search(text) or _APOSTROPHE_YEAR.search(text) or _BARE_NUMBER.match(text):
         return True, None
     if _BASIC_ISO_DATE.match(text):
         return True, midnight(date(int(text[:4]), int(text[4:6]), int(text[6:])))
