@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The benchmark suite in one command: run every benchmark, then render tables, plots and RESULTS.md.
 
-    python benchmarks/run.py --quick                  # CI smoke: every benchmark's --quick mode, a few minutes
+    python benchmarks/run.py --quick                  # CI smoke: every benchmark's --quick mode, ~7 min on 2 cores
     python benchmarks/run.py --full                   # everything at full size -> benchmarks/results/
     python benchmarks/run.py --full --with-retrieval  # ... plus bench_retrieval.py (~26 min with a cold cache)
     python benchmarks/run.py --quick --only core,throughput
