@@ -22,6 +22,7 @@ from tkg import (
     UnknownGroupError,
 )
 from tkg.errors import ValidationError
+from tkg.search_config import Method, SearchConfig, TargetConfig
 
 EMB = HashEmbedder(dim=32)
 HOMES = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})  # a new home ends the old one
@@ -85,3 +86,63 @@ def test_a_durable_memory_stays_erased_after_reopening_and_compaction(tmp_path: 
         reopened.compact()
     with Memory.open(path, embedder=EMB, config=config, ontology=HOMES) as again:
         assert again.groups() == ["other"] and len(again.get_all(["other"])) == 3
+
+
+def _kept_and_erased(memory: Memory) -> None:
+    memory.add_facts(
+        [FactInput("Ann", "LIKES", f"Tea{i}", fact=f"Ann likes green tea {i}") for i in range(5)], group_id="keep"
+    )
+    secret = [FactInput("Bob", "HAS", f"Thing{i}", fact=f"Bob has xylodiagnosisq {i}") for i in range(5)]
+    memory.add_facts(secret, group_id="erase")  # the highest slots of every kind
+
+
+def test_an_erased_group_leaves_no_word_in_the_snapshot_and_search_works_after_reopening(tmp_path: Path) -> None:
+    """After delete_group and a compaction, the snapshot's BM25 section held the erased texts' words (its main
+    index kept their postings, marked stale), and a memory reopened from it failed every BM25 search (the stale
+    positions lay past the tables a load sizes to the records it holds: ValueError, IndexError)."""
+    path = tmp_path / "m.tkg"
+    clock = FixedClock("2025-01-01T00:00:00Z")
+    fresh = Memory(embedder=EMB, clock=clock)
+    fresh.add_facts(
+        [FactInput("Ann", "LIKES", f"Tea{i}", fact=f"Ann likes green tea {i}") for i in range(5)], group_id="keep"
+    )
+    expected = [(h.record.fact, h.score) for h in fresh.search("green tea", group_ids=["keep"]).facts]
+    with Memory.open(path, embedder=EMB, clock=clock) as memory:
+        _kept_and_erased(memory)
+        memory.compact()  # the snapshot holds a built BM25 main index of both groups
+    with Memory.open(path, embedder=EMB, clock=clock) as memory:
+        memory.delete_group("erase")
+        memory.compact()
+    assert b"xylodiagnosisq" not in path.read_bytes()
+    for _ in range(2):  # reopened, and reopened from a snapshot written by a reopened memory
+        with Memory.open(path, embedder=EMB, clock=clock) as memory:
+            assert [(h.record.fact, h.score) for h in memory.search("green tea", group_ids=["keep"]).facts] == expected
+            words = SearchConfig(facts=TargetConfig(methods=(Method.BM25,)))
+            assert memory.search("xylodiagnosisq", group_ids=["erase", "keep"], config=words).facts == []
+            episodes = memory.search("Ann likes", group_ids=["keep"], targets=["episodes"])  # the other BM25 path
+            assert all(e.record.group_id == "keep" for e in episodes.episodes)
+            memory.compact()
+
+
+def test_a_snapshot_written_with_stale_bm25_documents_still_loads_and_searches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file an earlier tkg wrote, its BM25 main index holding removed documents: a load drops them."""
+    import tkg.backends.memory.text as text
+
+    path = tmp_path / "m.tkg"
+    clock = FixedClock("2025-01-01T00:00:00Z")
+    with Memory.open(path, embedder=EMB, clock=clock) as memory:
+        _kept_and_erased(memory)
+        memory.compact()
+        expected = [(h.record.fact, h.score) for h in memory.search("green tea", group_ids=["keep"]).facts]
+    with monkeypatch.context() as patch:
+        patch.setattr(text, "_current_only", lambda state: state)  # as exports were before
+        with Memory.open(path, embedder=EMB, clock=clock) as memory:
+            memory.delete_group("erase")
+            memory.compact()
+    assert b"xylodiagnosisq" in path.read_bytes()  # the old layout, stale postings kept
+    with Memory.open(path, embedder=EMB, clock=clock) as memory:
+        assert [(h.record.fact, h.score) for h in memory.search("green tea", group_ids=["keep"]).facts] == expected
+        memory.compact()
+    assert b"xylodiagnosisq" not in path.read_bytes()

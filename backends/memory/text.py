@@ -128,6 +128,41 @@ def _canonical(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return array.view(np.dtype(array.dtype.str))
 
 
+def _current_only(state: dict[str, Any]) -> dict[str, Any]:
+    """An :meth:`TextIndex.export`-ed state without the main index's stale documents (removed or replaced since its
+    build): their postings, and the terms only they held, are dropped and the positions renumbered. A snapshot
+    then holds no word of an erased record, and its main index only slots that still have a document (a load sizes
+    its tables to the records it holds; the stale positions pointed past them)."""
+    current = np.asarray(state["current"], dtype=np.bool_)
+    if current.all():
+        return state
+    slots = np.asarray(state["slots"], dtype=np.int64)
+    out = {**state, "slots": slots[current], "lengths": np.asarray(state["lengths"])[current]}
+    out["current"] = np.ones(len(out["slots"]), dtype=np.bool_)
+    if "vocab" not in state:
+        return out
+    data, indices, indptr = (np.asarray(state[key]) for key in ("data", "indices", "indptr"))
+    vocab = list(state["vocab"])
+    columns = len(indptr) - 1
+    live = current[indices]
+    column_of = np.repeat(np.arange(columns), np.diff(indptr))
+    held = np.bincount(column_of[live], minlength=columns)
+    kept = np.flatnonzero(held)
+    renumbered = np.cumsum(current) - 1
+    out.update(
+        data=data[live],
+        indices=renumbered[indices[live]].astype(indices.dtype),
+        indptr=np.concatenate([[0], np.cumsum(held[kept])]).astype(indptr.dtype),
+        # a term past the columns (bm25s's empty token) has no postings to lose: kept, still past them
+        vocab=[vocab[c] for c in kept.tolist()] + vocab[columns:],
+        num_docs=int(np.count_nonzero(current)),
+    )
+    if not out["num_docs"]:
+        for key in ("vocab", "data", "indices", "indptr", "num_docs"):
+            del out[key]
+    return out
+
+
 class Built:
     """A main index built from a snapshot of documents (main positions in slot order), with each document's
     tokens as term ids: those of the document at position ``at`` are ``term_ids[starts[at]:starts[at] +
@@ -401,8 +436,8 @@ class TextIndex:
             "slots": self._main_slots,
             "lengths": self._main_lengths,
             "current": self._main_current.view()[self._main_slots] if len(self._main_slots) else np.zeros(0, bool),
-            "df_terms": list(self._main_df),
-            "df_counts": np.fromiter(self._main_df.values(), dtype=np.int64, count=len(self._main_df)),
+            "df_terms": [term for term, n in self._main_df.items() if n],  # a term no document holds now: gone
+            "df_counts": np.fromiter((n for n in self._main_df.values() if n), dtype=np.int64),
             "main_len": self._main_len,
             "tail": np.fromiter(sorted(self._tail), dtype=np.int64, count=len(self._tail)),
         }
@@ -415,7 +450,7 @@ class TextIndex:
                 indptr=np.asarray(main.scores["indptr"]),
                 num_docs=int(main.scores["num_docs"]),
             )
-        return out
+        return _current_only(out)
 
     def restore(self, state: dict[str, object], live: npt.NDArray[np.int64], texts: Callable[[int], str]) -> None:
         """Load an :meth:`export`-ed index into this empty one. ``live`` are the slots that have a document
@@ -464,8 +499,20 @@ class TextIndex:
             rises[indptr[1:-1][(indptr[1:-1] > 0) & (indptr[1:-1] < len(indices))] - 1] = True
             if not rises.all():
                 raise TextMismatch("the bm25 postings are not sorted by document")
-            main = _as_bm25s(data, indices, indptr, vocab, num_docs)
-            pairs = _pair_codes(data, lengths[indices])
+            if not current.all():  # a file written before stale documents were dropped on export
+                kept = _current_only(
+                    {"slots": slots, "lengths": lengths, "current": current, "vocab": vocab, "data": data}
+                    | {"indices": indices, "indptr": indptr, "num_docs": num_docs}
+                )
+                slots, lengths, current = kept["slots"], kept["lengths"], kept["current"]
+                data, indices, indptr = (
+                    kept.get(key, np.zeros(0, dtype=a.dtype))
+                    for key, a in (("data", data), ("indices", indices), ("indptr", indptr))
+                )
+                vocab, num_docs = kept.get("vocab", []), len(slots)
+            if num_docs:
+                main = _as_bm25s(data, indices, indptr, vocab, num_docs)
+                pairs = _pair_codes(data, lengths[indices])
         self._use_main(main, pairs)
         self._set_main(slots, current, lengths)
         self._main_df = dict(zip(df_terms, df_counts.tolist(), strict=True))
