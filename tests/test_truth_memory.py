@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -681,3 +682,25 @@ def test_a_sentence_repeated_but_for_case_spacing_and_final_punctuation_is_one_f
         )
     facts = [f for f in memory.records(Kind.FACT) if isinstance(f, Fact)]
     assert [(f.fact, len(f.episodes), f.expired_at) for f in facts] == [("Alice works at Acme.", 2, None)]
+
+
+def test_removing_an_episode_drops_the_verdicts_on_the_facts_it_took_away(make_store: Any, tmp_path: Path) -> None:
+    """As if never added: the fact that contradicted one the removed episode alone stated keeps no verdict naming
+    it (the deleted fact's id stayed in its verdicts, its exports and the store's verdict index)."""
+    clock = FixedClock("2024-05-01T00:00:00Z", tick=timedelta(seconds=1))
+    memory = Memory(make_store(64), embedder=HashEmbedder(dim=64), llm=RulesLLM(), clock=clock)
+    first = memory.add_episode(
+        "Ann: I WORKS_AT Acme Corp since 2020.", group_id="g", reference_time="2024-04-01T00:00:00Z"
+    )
+    acme = [f.id for f in first.facts]
+    later = memory.add_episode(
+        "Ann: I WORKS_AT Globex since 2021.", group_id="g", reference_time="2024-04-02T00:00:00Z"
+    )
+    assert set(acme) <= set(memory.get_many(Kind.FACT, [f.id for f in later.facts])[0].verdicts)  # type: ignore[union-attr]
+    removed = memory.remove_episode(first.episode.id)
+    assert set(removed.deleted_facts) == set(acme)
+    for fact in memory.records(Kind.FACT, ["g"]):
+        assert isinstance(fact, Fact) and not set(fact.verdicts) & set(acme)
+    memory.export(tmp_path / "g.jsonl")
+    exported = (tmp_path / "g.jsonl").read_text()
+    assert not any(i in exported for i in acme)

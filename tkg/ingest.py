@@ -51,6 +51,7 @@ from tkg.models import (
     check_relation,
     check_storable,
     check_text,
+    evolve,
 )
 from tkg.names import normalize_name
 from tkg.ontology import Ontology
@@ -477,9 +478,9 @@ class Ingestor:
     ) -> None:
         """Settle again the history of every fact linked to what changed: the facts an episode took away
         (``gone``) and the facts in ``puts`` (its share of others' provenance, or an end given by hand), as if the
-        episode had never been added: the verdicts the LLM gave are kept on the facts,
-        so nothing is asked again. ``learnt``: when the episode's word on facts it stated again was learnt (a
-        change learnt then is undone with it, as one learnt with a fact it took away)."""
+        episode had never been added: the verdicts the LLM gave are kept on the facts, so nothing is asked again
+        (those on the facts taken away go with them). ``learnt``: when the episode's word on facts it stated again
+        was learnt (a change learnt then is undone with it, as one learnt with a fact it took away)."""
         changed = [f for f in puts.values() if isinstance(f, Fact)]
         if not gone and not changed:
             return
@@ -508,6 +509,8 @@ class Ingestor:
         undone = {g.created_at for g in gone.values()} | set(learnt)
         said_last = last_sayings(linked, cache)
         for fact_id, fact in invalidation.history(linked, stated, single, now, undone, said_last).items():
+            if gone.keys() & fact.verdicts.keys():  # a verdict on a fact taken away: as if never given
+                fact = evolve(fact, verdicts={k: v for k, v in fact.verdicts.items() if k not in gone})
             before = previous[fact_id]
             if fact != before or fact_id in overrides:
                 puts[(Kind.FACT, fact_id)] = fact
