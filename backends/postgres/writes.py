@@ -36,15 +36,16 @@ class Writes(Session):
         planned = prepare(batch.puts, self.dim)
         deletes = [(Kind(kind), str(rid)) for kind, rid in batch.deletes]
         self._transaction(lambda cur: self._apply(cur, planned, deletes))
-        self._maintain_behind(planned)
+        self._maintain_behind(planned, deletes)
 
-    def _maintain_behind(self, planned: Planned) -> None:
+    def _maintain_behind(self, planned: Planned, deletes: Sequence[tuple[Kind, str]] = ()) -> None:
         """Hand the worker (.worker, a thread) what this write leaves behind, once it is committed (the write
         returns at once; the worker runs beside the writers):
 
         - the text kinds whose packs may be far behind, to check and repack (.terms.repack_steps): at this store's
           first write of a kind, then once enough postings changed;
-        - the vector kinds of which this store put enough rows unindexed, to index them (.vectors.index_steps).
+        - the vector kinds of which this store put enough rows unindexed, to index them (.vectors.index_steps);
+        - the vector kinds of which it deleted rows, to vacuum once enough of the table is dead (.worker).
         """
         with self._lock:  # the counters are this store's, shared by its threads
             due = [k for k, n in self._postings_since.items() if n >= terms.CHECK_EVERY or k not in self._packs_checked]
@@ -56,11 +57,21 @@ class Writes(Session):
             for kind in unindexed:
                 self._unindexed_since[kind] = 0
         self._worker.ask([*((Task.REPACK, k) for k in due), *((Task.INDEX, k) for k in unindexed)])
+        removed = Counter(kind for kind, _ in deletes if kind in VECTOR_TABLES)
+        if removed:
+            self._worker.deleted(dict(removed))
 
     def flush(self) -> None:
-        """Check every text kind's packs now and repack those far behind, and index every vector kind's unindexed
-        rows; returns once done (a store does this on its own, after its writes, off their path)."""
-        self._worker.ask([*((Task.REPACK, k) for k in TEXT_KINDS), *((Task.INDEX, k) for k in VECTOR_TABLES)])
+        """Check every text kind's packs now and repack those far behind, index every vector kind's unindexed rows,
+        and vacuum the vector kinds' tables with many dead rows; returns once done (a store does this on its own,
+        after its writes, off their path)."""
+        self._worker.ask(
+            [
+                *((Task.REPACK, k) for k in TEXT_KINDS),
+                *((Task.INDEX, k) for k in VECTOR_TABLES),
+                *((Task.VACUUM, k) for k in VECTOR_TABLES),
+            ]
+        )
         self._worker.wait()
 
     def wait_for_maintenance(self, timeout: float | None = None) -> bool:
