@@ -528,7 +528,8 @@ def test_since_a_month_or_day_without_its_year_is_the_latest_that_has_begun() ->
     assert resolve_time("in March", january) == resolve_time("March", january) == day(2024, 3, 1)
     assert resolve_time("since last March", january) == day(2023, 3, 1)
     assert resolve_time("since March 2024", january) == day(2024, 3, 1)  # a year given is the year
-    assert resolve_time("since Feb 29", datetime(2024, 1, 15, tzinfo=UTC)) is None  # 2023 had none
+    assert resolve_time("since this March", january) == day(2024, 3, 1)  # "this" says which: as without "since"
+    assert resolve_time("since Feb 29", datetime(2024, 1, 15, tzinfo=UTC)) == day(2020, 2, 29)  # the latest one
 
 
 def test_the_end_of_the_period_a_phrase_names() -> None:
@@ -539,5 +540,10 @@ def test_the_end_of_the_period_a_phrase_names() -> None:
     assert tkg.temporal.period_end("yesterday", ref) == day(2024, 5, 15)
     assert tkg.temporal.period_end("2019-05-03", ref) == day(2019, 5, 4)
     assert tkg.temporal.period_end("last week", ref) == day(2024, 5, 15)
+    assert tkg.temporal.period_end("Q3 2021", ref) == day(2021, 10, 1)
+    assert tkg.temporal.period_end("the 1990s", ref) == day(2000)
+    assert tkg.temporal.period_end("2019-03", ref) == day(2019, 4, 1)
+    assert tkg.temporal.period_end("3/5/2023", ref) == day(2023, 3, 6)  # dateparser's day: the next midnight
+    assert tkg.temporal.period_end("März 2020", ref, ("de", "en")) is not None  # in the memory's languages
     for instant_or_part in ("3 hours ago", "now", "early 2019", "2019-05-03T10:00:00Z", "whenever", "", None):
         assert tkg.temporal.period_end(instant_or_part, ref) is None

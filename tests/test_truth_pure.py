@@ -374,6 +374,8 @@ def test_a_missing_or_unreadable_date_never_makes_a_fact_hold_forever_back() -> 
     assert dated("in March 2020", "March 2020")[:2] == (day(2020, 3, 1), day(2020, 4, 1))
     assert dated("2019-05-01", "May 2019")[:2] == (day(2019, 5, 1), day(2019, 6, 1))
     assert dated("2019", "2021")[:2] == (day(2019), day(2021))  # another period: as said
+    assert dated("Q3 2021", "Q3 2021")[:2] == (day(2021, 7, 1), day(2021, 10, 1))
+    assert dated("2019-03", "2019-03")[:2] == (day(2019, 3, 1), day(2019, 4, 1))
 
 
 def test_time_phrases_resolve_against_the_reference_time() -> None:

@@ -180,7 +180,7 @@ def _interval(
     if end_said and invalid_at is None:
         draft.warnings.append(f"could not date the end {end!r}; kept it open-ended")
     if valid_at is not None and invalid_at == valid_at:
-        invalid_at = period_end(end, reference) or invalid_at
+        invalid_at = period_end(end, reference, languages) or invalid_at
     return valid_at, invalid_at
 
 

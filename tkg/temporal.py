@@ -62,6 +62,7 @@ reference raises :class:`tkg.errors.TimestampError`.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import re
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -110,7 +111,7 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     try:
         if said is not None:
             read = _resolve(said, reference)
-            since = _SINCE.match(text) and said.kind in ("date", "month") and said.year is None and not said.step
+            since = _SINCE.match(text) and said.kind in ("date", "month") and said.year is None
             value: datetime | None = _begun(read, reference) if since else read
         else:
             known, value = _misread_by_dateparser(text, reference)
@@ -121,23 +122,35 @@ def resolve_time(phrase: str | None, reference: datetime, languages: tuple[str, 
     return value if value is not None and EARLIEST <= value <= LATEST else None
 
 
-def period_end(phrase: str | None, reference: datetime) -> datetime | None:
+def period_end(phrase: str | None, reference: datetime, languages: tuple[str, ...] = ("en",)) -> datetime | None:
     """The first instant after the calendar period a phrase names, said at ``reference``: "2019" -> 1 January
-    2020, "March 2020" -> 1 April 2020, "yesterday" -> today's midnight; ``None`` for an instant ("3 hours ago"),
-    a part of a period ("early 2019") or a phrase the grammar does not read. An end given as the same period as
-    the start ("from 2019 until 2019") means the end of that period."""
+    2020, "March 2020" -> 1 April 2020, "Q3 2021" -> 1 October 2021, "yesterday" -> today's midnight; a day
+    dateparser read (no unit known) -> the next midnight. ``None`` for an instant ("3 hours ago"), a part of a
+    period ("early 2019") or a phrase that denotes nothing. An end given as the same period as the start ("from
+    2019 until 2019") means the end of that period."""
     if phrase is None:
         return None
     text = " ".join(str(phrase).split()).strip(" .,;:!?")
-    said = parse_time_phrase(text) if text and len(text) <= MAX_PHRASE else None
-    start = resolve_time(text, reference) if said is not None and said.part is None else None
-    if said is None or start is None:
+    start = resolve_time(text, reference, languages) if text else None
+    if start is None:
         return None
+    said = parse_time_phrase(text)
+    unit: str | None
+    if said is not None:
+        unit = said.unit if said.part is None else None
+    elif _QUARTER.match(text):
+        unit = "quarter"
+    elif _DECADE.match(text):
+        unit = "decade"
+    elif _YEAR_MONTH.match(text):
+        unit = "month"
+    else:  # dateparser's: a day when it gave a midnight and the phrase names no time of day
+        unit = "day" if start.time() == datetime.min.time() and not _CLOCK.search(text) else None
     try:
-        if said.unit in _PERIOD_DAYS:
-            end = start + timedelta(days=_PERIOD_DAYS[said.unit])
-        elif said.unit in _PERIOD_MONTHS:
-            end = midnight(add_months(start.date(), _PERIOD_MONTHS[said.unit]))
+        if unit in _PERIOD_DAYS:
+            end = start + timedelta(days=_PERIOD_DAYS[unit])
+        elif unit in _PERIOD_MONTHS:
+            end = midnight(add_months(start.date(), _PERIOD_MONTHS[unit]))
         else:
             return None
     except (OverflowError, ValueError):
@@ -146,8 +159,10 @@ def period_end(phrase: str | None, reference: datetime) -> datetime | None:
 
 
 _PERIOD_DAYS = {"day": 1, "weekend": 2, "week": 7}
-_PERIOD_MONTHS = {"month": 1, "season": 3, "year": 12, "decade": 120}
-_SINCE = re.compile(r"^(?:ever\s+)?since\s", re.I)
+_PERIOD_MONTHS = {"month": 1, "quarter": 3, "season": 3, "year": 12, "decade": 120}
+_YEAR_MONTH = re.compile(r"^\d{4}-\d{2}$")  # ISO 8601's month
+#: "since" and a day or month without its year (not "since this March", "since next May": those say which).
+_SINCE = re.compile(r"^since\s+(?!this\b|next\b|last\b)", re.I)
 
 
 def _begun(value: datetime, reference: datetime) -> datetime | None:
@@ -156,9 +171,10 @@ def _begun(value: datetime, reference: datetime) -> datetime | None:
     if value.date() <= reference.date():
         return value
     day = value.date()
-    if day.month == 2 and day.day == 29:
-        return None  # no 29 February the year before
-    return midnight(day.replace(year=day.year - 1))
+    for back in range(1, 9):  # 29 February: the latest leap year's
+        with contextlib.suppress(ValueError):
+            return midnight(day.replace(year=day.year - back))
+    return None
 
 
 def _resolve(said: Expression, reference: datetime) -> datetime:
