@@ -872,6 +872,9 @@ def test_a_star_on_a_scope_id_reads_every_id_of_that_kind() -> None:
     with pytest.raises(ValidationError, match="names none"):
         m.delete_all(user_id="*")
     assert len(m.get_all(filters={"user_id": "*"})["results"]) == 4  # nothing erased
+    with pytest.raises(ValidationError, match="not an id"):  # a scope only "*" could read, and nothing erase
+        m.add("star memory", user_id="*", infer=False)
+    assert texts(m.get_all(filters={"agent_id": "*"}, user_id="u2")) == ["someone else"]  # the named id narrows
 
 
 def test_expiration_date_hides_a_memory_after_that_day_unless_show_expired() -> None:

@@ -157,7 +157,10 @@ class Memory:
             raise ValidationError(f"memory_type {memory_type!r} is not supported by tkg (no procedural memories)")
         if prompt is not None:
             raise ValidationError("a custom extraction prompt is not supported by tkg; use an Ontology")
-        group = scope_group(_scope(user_id, agent_id, run_id))
+        scope = _scope(user_id, agent_id, run_id)
+        if ANY in scope.values():
+            raise ValidationError(f"{ANY!r} is not an id: in a read's filters it stands for any id")
+        group = scope_group(scope)
         extra = _caller_metadata(metadata)
         expires = _expiration(expiration_date)
         if expires is not None:
@@ -402,10 +405,9 @@ class Memory:
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
         """The changes of a memory, oldest first, in Mem0's shape (``event`` ADD / UPDATE / DELETE, ``old_memory``,
-        ``new_memory``, ``created_at`` of the memory and ``updated_at`` of the change, ``is_deleted``) with each
-        version's ``valid_at``,
-        ``invalid_at`` and ``expired_at`` added. Every version of an updated fact is in it, whichever id is given;
-        an unknown id has no history."""
+        ``new_memory``, ``created_at`` of the memory and ``updated_at`` of the change, ``is_deleted``), each row
+        with its version's ``valid_at``, ``invalid_at`` and ``expired_at`` added. Every version of an updated fact
+        is in it, whichever id is given; an unknown id has no history."""
         try:
             record = self._record(memory_id)
         except NotFoundError:
@@ -471,7 +473,7 @@ class Memory:
         for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
             checked = check_scope_id(value, key)
             if checked is not None:
-                if wanted.get(key, checked) != checked:
+                if wanted.get(key, checked) not in (checked, ANY):  # a named id narrows a "*" of the filters
                     raise ValidationError(f"{key} is {checked!r} but filters say {wanted[key]!r}")
                 wanted[key] = checked
         if not wanted:
@@ -864,8 +866,8 @@ def _expiration(value: Any) -> str | None:
 
 
 def _expired(item: Mapping[str, Any], today: date | None) -> bool:
-    """Has the memory's expiration date passed by ``today`` (None: expired memories are shown)? A date that does
-    not read as one (a caller's own metadata key) expires nothing, as in Mem0."""
+    """Has the memory's expiration date passed by ``today`` (None: expired memories are shown)? One given in the
+    metadata counts too (Mem0 keeps both in one payload); a value that is no date expires nothing, as in Mem0."""
     expires = item.get(EXPIRES)
     if today is None or not isinstance(expires, str):
         return False
