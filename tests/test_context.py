@@ -175,3 +175,13 @@ def test_one_statement_between_several_pairs_is_one_line() -> None:
     assert context.text.count("Ann, Ben and Cid founded Dex Corp") == 1
     assert len(context.facts) == 3 and context.dropped == 0
     assert memory.context("Who founded Dex Corp?", group_ids=["g"]).count("founded Dex Corp") == 1
+    # its copies ranked below a line that does not fit are still the line shown, not dropped
+    long = memory.add_facts(
+        [FactInput("Eve", "WROTE", "Dex History", fact="Eve wrote " + "a long book " * 20)], group_id="g"
+    )
+    founders = [hit for hit in found.facts if hit.record.relation == "FOUNDED"]
+    ranked = SearchResults("q", facts=[founders[0], Scored(long.facts[0], 0.5), *founders[1:]])
+    everything = construct(ranked).text
+    tight = construct(ranked, max_chars=len(everything) - 5)
+    assert tight.text.count("Ann, Ben and Cid founded Dex Corp") == 1
+    assert len(tight.facts) == 3 and tight.dropped == 1

@@ -699,6 +699,7 @@ def test_removing_an_episode_drops_the_verdicts_on_the_facts_it_took_away(make_s
     assert set(acme) <= set(memory.get_many(Kind.FACT, [f.id for f in later.facts])[0].verdicts)  # type: ignore[union-attr]
     removed = memory.remove_episode(first.episode.id)
     assert set(removed.deleted_facts) == set(acme)
+    assert removed.updated_facts == []  # a verdict dropped changes no history: nothing reported
     for fact in memory.records(Kind.FACT, ["g"]):
         assert isinstance(fact, Fact) and not set(fact.verdicts) & set(acme)
     memory.export(tmp_path / "g.jsonl")

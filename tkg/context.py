@@ -130,12 +130,12 @@ def construct(
         for target, items in lists.items():
             if rank >= len(items):
                 continue
-            if full[target]:
-                dropped += 1
-                continue
             line = _line(target, items[rank])
             if line in shown[target]:  # one statement between several pairs (a hyper-edge): its line once
                 kept[target].append(items[rank])
+                continue
+            if full[target]:
+                dropped += 1
                 continue
             lines[target].append(line)
             if fits(_render(lines)):

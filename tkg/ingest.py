@@ -509,11 +509,12 @@ class Ingestor:
         undone = {g.created_at for g in gone.values()} | set(learnt)
         said_last = last_sayings(linked, cache)
         for fact_id, fact in invalidation.history(linked, stated, single, now, undone, said_last).items():
-            if gone.keys() & fact.verdicts.keys():  # a verdict on a fact taken away: as if never given
-                fact = evolve(fact, verdicts={k: v for k, v in fact.verdicts.items() if k not in gone})
             before = previous[fact_id]
-            if fact != before or fact_id in overrides:
-                puts[(Kind.FACT, fact_id)] = fact
+            stored = fact
+            if gone.keys() & fact.verdicts.keys():  # a verdict on a fact taken away: as if never given (not reported:
+                stored = evolve(fact, verdicts={k: v for k, v in fact.verdicts.items() if k not in gone})  # no history)
+            if stored != before or fact_id in overrides:
+                puts[(Kind.FACT, fact_id)] = stored
                 if fact.invalidated_by is None and before.invalidated_by is not None:
                     result.restored_facts.append(fact_id)
                 elif fact_id not in result.updated_facts and fact != before:
