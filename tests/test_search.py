@@ -359,3 +359,27 @@ def test_episode_mentions_counts_every_saying_of_a_statement() -> None:
     memory.add_episode("Ann: I PLAYS golf.", group_id="g", reference_time="2024-05-11T10:00:00Z")
     assert ranked()[0] == ("Ann plays golf", 4.0)
     assert ranked(known_at=then) == [("Ann plays tennis", 3.0), ("Ann plays golf", 1.0)]  # as the memory knew then
+
+
+def test_episode_mentions_counts_the_rewordings_of_a_single_valued_statement() -> None:
+    """One slot of a single-valued relation with the same object is one statement however it is worded (the
+    history's rule): each saying counts (the count re-implemented "same statement" as verbatim or a direct verdict,
+    and scored 1 where 4 were said)."""
+    from tkg import Ontology, RelationType
+
+    def said(sentence: str) -> dict[str, object]:
+        fact = {"source": "Ann", "target": "Paris", "relation": "LIVES_IN", "fact": sentence}
+        return {"entities": [{"name": "Ann"}, {"name": "Paris"}], "facts": [fact]}
+
+    wordings = ["Ann lives in Paris", "Ann resides in Paris", "Ann is based in Paris", "Ann resides in Paris"]
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=ScriptedLLM([said(w) for w in wordings]),
+        clock=FixedClock("2024-06-01T00:00:00Z"),
+        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
+        config=MemoryConfig(communities=None),
+    )
+    for day, wording in enumerate(wordings, start=1):
+        memory.add_episode(f"Ann: {wording}.", group_id="g", reference_time=f"2024-05-0{day}T10:00:00Z")
+    found = memory.search("Ann Paris", group_ids=["g"], config="episode_mentions", targets=["facts"])
+    assert [(hit.record.fact, hit.score) for hit in found.facts] == [("Ann lives in Paris", 4.0)]

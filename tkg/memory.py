@@ -534,6 +534,7 @@ class Memory(MemoryReads, MemoryFiles, MemoryGroups):
                     origins=origins,
                     cross_encoder=cross_encoder,
                     reference_time=reference,
+                    single_valued=self._ontology.single_valued,
                 )
         finally:
             if graded is not None:

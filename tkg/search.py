@@ -8,7 +8,7 @@ the narrow calls of :class:`tkg.storage.Store`, so this module runs unchanged on
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, Literal, TypeVar
@@ -18,8 +18,8 @@ import numpy as np
 from tkg.cosines import inverse_norms
 from tkg.episode_context import rerank_episodes
 from tkg.errors import NotFoundError, ValidationError
-from tkg.invalidation import statement_key, verdict_between
-from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, Verdict, vector_of
+from tkg.invalidation import statements
+from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, vector_of
 from tkg.ranking import mmr, reorder, rrf
 from tkg.rerankers import CrossEncoder, TermOverlapScorer
 from tkg.search_config import TARGET_KINDS, BfsOrigin, Method, Reranker, SearchConfig, TargetConfig
@@ -62,6 +62,7 @@ class _Search:
     origins: tuple[str, ...]
     cross_encoder: CrossEncoder
     reference_time: datetime
+    single_valued: Callable[[str], bool]
     records: dict[tuple[Kind, str], Record | None] = field(default_factory=dict)
 
     def load(self, kind: Kind, ids: Sequence[str]) -> list[Record | None]:
@@ -87,6 +88,7 @@ def search(
     origins: Sequence[str] = (),
     cross_encoder: CrossEncoder | None = None,
     reference_time: datetime | None = None,
+    single_valued: Callable[[str], bool] = lambda relation: False,
 ) -> SearchResults:
     """Run ``config`` for ``query`` (and its embedding ``vector``) within ``scope``.
 
@@ -94,6 +96,7 @@ def search(
     ``given`` and no ``origins`` are passed); it must exist and be visible in ``scope``, else
     :class:`tkg.errors.NotFoundError`. ``reference_time`` (default: the scope's time) anchors time phrases in
     the query for the episode-context reranker. ``cross_encoder`` defaults to :class:`TermOverlapScorer`.
+    ``single_valued``: the ontology's rule, by which the episode-mentions reranker knows one statement's facts.
     """
     if center is not None:
         _check_visible(store, scope, center, "center entity")
@@ -108,6 +111,7 @@ def search(
         origins=tuple(origins),
         cross_encoder=cross_encoder or TermOverlapScorer(),
         reference_time=reference_time or scope.as_of or scope.known_at,
+        single_valued=single_valued,
     )
     candidates = _candidates(run, config)
     ranked: dict[str, list[Hit]] = {}
@@ -294,26 +298,22 @@ def _mmr(run: _Search, kind: Kind, config: TargetConfig, fused: list[Hit]) -> li
 
 def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float]:
     """Facts: the episodes that stated them, as the view knows them (a restatement recorded after ``known_at`` is
-    not counted) -- with those of the other facts of the same statement between the same two entities (verbatim,
-    or judged the same by the LLM): a statement said again later is a fact of its own, superseded by the one that
-    holds (:mod:`tkg.invalidation`), and its saying counts for it. Entities: the visible episodes that mention
-    them."""
+    not counted) -- with those of the other facts of the same statement between the same two entities, as the
+    history decides it (:func:`tkg.invalidation.statements`: verbatim, one single-valued slot, or judged the same
+    by the LLM): a statement said again later is a fact of its own, superseded by the one that holds, and its
+    saying counts for it. It reads every fact between the shown facts' ends. Entities: the visible episodes that
+    mention them."""
     if kind is Kind.FACT:
         scope = run.scope
         facts = [scope.shown(r) for r in run.load(Kind.FACT, ids) if isinstance(r, Fact)]
         pairs = sorted({(f.source_id, f.target_id) for f in facts})
-        known = [scope.shown(f) for f in run.store.facts_between(pairs) if f.created_at <= scope.known_at]
-        by_pair: dict[frozenset[str], list[Fact]] = {}
-        for other in known:
-            by_pair.setdefault(frozenset((other.source_id, other.target_id)), []).append(other)
-        sayings = {}
-        for fact in facts:
-            said = set(fact.episodes)
-            for other in by_pair.get(frozenset((fact.source_id, fact.target_id)), ()):
-                if statement_key(other) == statement_key(fact) or verdict_between(fact, other) is Verdict.SAME:
-                    said.update(other.episodes)
-            sayings[fact.id] = float(len(said))
-        return sayings
+        known = {f.id: scope.shown(f) for f in run.store.facts_between(pairs) if f.created_at <= scope.known_at}
+        known.update((f.id, f) for f in facts)
+        classes, _ = statements(list(known.values()), run.single_valued)
+        said: dict[str, set[str]] = {}
+        for fact in known.values():
+            said.setdefault(classes.find(fact.id), set()).update(fact.episodes)
+        return {fact.id: float(len(said[classes.find(fact.id)])) for fact in facts}
     if kind is Kind.ENTITY and ids:
         mentions = run.store.mentions(entity_ids=ids)
         visible = {
