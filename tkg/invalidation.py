@@ -193,7 +193,7 @@ class _Classes:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def _episodes_of(facts: Sequence[Fact], statement: Mapping[str, str]) -> dict[str, set[str]]:
+def statement_episodes(facts: Sequence[Fact], statement: Mapping[str, str]) -> dict[str, set[str]]:
     """The episodes that said each statement (``statement``: fact id -> its statement's root)."""
     said: dict[str, set[str]] = {}
     for fact in facts:
@@ -218,7 +218,7 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
         for member in ids[1:]:
             classes.union(ids[0], member)
     verbatim = {f.id: classes.find(f.id) for f in facts}
-    said_in = _episodes_of(facts, verbatim)
+    said_in = statement_episodes(facts, verbatim)
     judged: list[tuple[str, str]] = []
     known = {f.id: f for f in facts}
     for fact in facts:
@@ -231,7 +231,7 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
                 classes.union(fact.id, other_id)
             elif found == Verdict.CONTRADICTS:
                 judged.append((fact.id, other_id))
-    said_in = _episodes_of(facts, {f.id: classes.find(f.id) for f in facts})
+    said_in = statement_episodes(facts, {f.id: classes.find(f.id) for f in facts})
     pairs = [(a, b) for a, b in judged if said_in[classes.find(a)].isdisjoint(said_in[classes.find(b)])]
     by_subject: dict[tuple[str, str], list[Fact]] = {}
     for fact in facts:

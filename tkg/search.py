@@ -18,7 +18,7 @@ import numpy as np
 from tkg.cosines import inverse_norms
 from tkg.episode_context import rerank_episodes
 from tkg.errors import NotFoundError, ValidationError
-from tkg.invalidation import statements
+from tkg.invalidation import statement_episodes, statements
 from tkg.models import Community, Entity, Episode, Fact, Kind, Record, Vector, vector_of
 from tkg.ranking import mmr, reorder, rrf
 from tkg.rerankers import CrossEncoder, TermOverlapScorer
@@ -310,9 +310,7 @@ def _mention_counts(run: _Search, kind: Kind, ids: list[str]) -> dict[str, float
         known = {f.id: scope.shown(f) for f in run.store.facts_between(pairs) if f.created_at <= scope.known_at}
         known.update((f.id, f) for f in facts)
         classes, _ = statements(list(known.values()), run.single_valued)
-        said: dict[str, set[str]] = {}
-        for fact in known.values():
-            said.setdefault(classes.find(fact.id), set()).update(fact.episodes)
+        said = statement_episodes(list(known.values()), {i: classes.find(i) for i in known})
         return {fact.id: float(len(said[classes.find(fact.id)])) for fact in facts}
     if kind is Kind.ENTITY and ids:
         mentions = run.store.mentions(entity_ids=ids)

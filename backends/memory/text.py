@@ -459,6 +459,10 @@ class TextIndex:
         if state.get("format") != FORMAT:
             raise TextMismatch("a text index of another layout (term frequencies were added in format 2)")
         try:
+            state = _current_only(state)  # a file written before stale documents were dropped on export
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise TextMismatch(f"inconsistent text index arrays: {exc}") from None
+        try:
             slots = np.asarray(state["slots"], dtype=np.int64)
             lengths = np.asarray(state["lengths"], dtype=np.int64)
             current = np.asarray(state["current"], dtype=np.bool_)
@@ -499,20 +503,8 @@ class TextIndex:
             rises[indptr[1:-1][(indptr[1:-1] > 0) & (indptr[1:-1] < len(indices))] - 1] = True
             if not rises.all():
                 raise TextMismatch("the bm25 postings are not sorted by document")
-            if not current.all():  # a file written before stale documents were dropped on export
-                kept = _current_only(
-                    {"slots": slots, "lengths": lengths, "current": current, "vocab": vocab, "data": data}
-                    | {"indices": indices, "indptr": indptr, "num_docs": num_docs}
-                )
-                slots, lengths, current = kept["slots"], kept["lengths"], kept["current"]
-                data, indices, indptr = (
-                    kept.get(key, np.zeros(0, dtype=a.dtype))
-                    for key, a in (("data", data), ("indices", indices), ("indptr", indptr))
-                )
-                vocab, num_docs = kept.get("vocab", []), len(slots)
-            if num_docs:
-                main = _as_bm25s(data, indices, indptr, vocab, num_docs)
-                pairs = _pair_codes(data, lengths[indices])
+            main = _as_bm25s(data, indices, indptr, vocab, num_docs)
+            pairs = _pair_codes(data, lengths[indices])
         self._use_main(main, pairs)
         self._set_main(slots, current, lengths)
         self._main_df = dict(zip(df_terms, df_counts.tolist(), strict=True))
