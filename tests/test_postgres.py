@@ -29,7 +29,7 @@ from tkg.backends.memory import InMemoryStore
 from tkg.backends.postgres import SCHEMA_VERSION, EmbeddedPostgres, PostgresStore
 from tkg.backends.postgres import schema as pg_schema
 from tkg.errors import BackendError, ConfigurationError, ValidationError
-from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record
+from tkg.models import Community, Entity, Episode, Fact, Kind, Membership, Mention, Record, Verdict
 from tkg.storage import Candidates, WriteBatch
 from tkg.timeline import make_scope
 
@@ -217,6 +217,91 @@ def test_snapshot_moves_a_memory_between_backends_losslessly(
             assert list(pg.scan(kind)) == original, kind
             assert list(back.records(kind)) == original, kind
             assert pg.count(kind) == len(original)
+
+
+def _form(value: Any) -> Any:
+    """What a field's value is beyond equality: its type, a timestamp's zone, a vector's dtype and writability, a
+    map's values' types (a verdict must be the member, not its text)."""
+    if isinstance(value, datetime):
+        return datetime, value.tzinfo
+    if isinstance(value, np.ndarray):
+        return np.ndarray, value.dtype, value.flags.writeable, value.flags.c_contiguous
+    if isinstance(value, dict):
+        return dict, sorted((k, type(v)) for k, v in value.items())
+    return type(value)
+
+
+def test_records_read_back_are_made_as_the_models_make_them(server: EmbeddedPostgres) -> None:
+    """The rows read are not validated again (they were when written): each field must still come back in the form
+    the model's own constructor gives it (UTC whatever the session's time zone, members of enums, tuples,
+    read-only float32 vectors), so that code comparing verdicts by identity or times by their zone works alike."""
+    vector = np.arange(DIM, dtype=np.float32)
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    records: list[Record] = [
+        Episode(
+            id="ep",
+            group_id="g",
+            content="hi",
+            source="json",
+            reference_time=when,
+            created_at=when,
+            status="failed",
+            attributes={"k": when, "n": {"x": [1, 2.5]}},
+            embedding=vector,
+        ),
+        Entity(
+            id="a",
+            group_id="g",
+            name="Ann",
+            created_at=when,
+            labels=("Person",),
+            aliases=("Annie",),
+            attributes={"age": 3},
+            name_embedding=vector,
+        ),
+        Entity(id="b", group_id="g", name="Bo", created_at=when),
+        Fact(
+            id="f0",
+            group_id="g",
+            source_id="a",
+            target_id="b",
+            relation="KNOWS",
+            fact="Ann knows Bo",
+            created_at=when,
+            valid_at=when,
+            invalid_at=when + timedelta(days=1),
+            expired_at=when,
+            episodes=("ep",),
+            invalidated_by="f1",
+            prior_invalid_at=when,
+            embedding=vector,
+        ),
+        Fact(
+            id="f1",
+            group_id="g",
+            source_id="a",
+            target_id="b",
+            relation="KNOWS",
+            fact="Ann met Bo",
+            created_at=when,
+            verdicts={"f0": "contradicts"},
+            embedding=vector,
+        ),
+        Community(id="c", group_id="g", name="c", created_at=when, name_embedding=vector),
+        Mention("ep", "a", "g", when, name="Ann", attributes={"a": "b"}),
+        Membership("c", "a", "g", when),
+    ]
+    elsewhere = make_conninfo(server.dsn, options="-c TimeZone=Asia/Kolkata")  # the driver's times are +05:30
+    with PostgresStore(elsewhere, dim=DIM, schema=new_postgres_schema()) as pg:
+        pg.write(WriteBatch(puts=records))
+        read = {(r.kind, r.id): r for kind in Kind for r in pg.scan(kind)}
+        read.update({(f.kind, f.id): f for f in pg.facts_of(["a"])})  # the facts' own read path
+    for record in records:
+        back = read[(record.kind, record.id)]
+        assert back == record
+        for field in dataclasses.fields(record):
+            assert _form(getattr(back, field.name)) == _form(getattr(record, field.name)), (record.kind, field.name)
+    assert read[(Kind.FACT, "f1")].verdicts["f0"] is Verdict.CONTRADICTS
 
 
 def test_load_needs_an_empty_store(store: PostgresStore) -> None:

@@ -161,7 +161,7 @@ def _map_members(cls: type, name: str) -> dict[str, enum.Enum] | None:
     return None if found is None else {m.value: m for m in found}
 
 
-def _enum_map(value: Any, members: Mapping[str, enum.Enum], name: str) -> dict[str, enum.Enum]:
+def enum_map(value: Any, members: Mapping[str, enum.Enum], name: str) -> dict[str, enum.Enum]:
     """A stored map of enum values as the record holds it: the members themselves (the fast record constructor
     skips the model's own conversion, and code compares verdicts by identity)."""
     try:
@@ -325,7 +325,7 @@ def decode_columns(
             values = [{} for _ in range(n)]
             members = _map_members(cls, name)
             for i, value in zip(raw[name]["at"], raw[name]["values"], strict=True):
-                values[i] = decode_value(value) if members is None else _enum_map(value, members, name)
+                values[i] = decode_value(value) if members is None else enum_map(value, members, name)
         else:
             values = _decode_plain(cls, name, raw[name], refs)
         if len(values) != n:

@@ -6,14 +6,17 @@ Pure functions of the schema in :mod:`.schema`; nothing here talks to the databa
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from psycopg.types.json import Json
 
-from tkg.codec import decode_value, encode_value
+from tkg.codec import decode_value, encode_value, enum_fields, enum_map, field_codes, record_maker
 from tkg.embedders.base import check_vectors
 from tkg.errors import EmbeddingError, ValidationError
 from tkg.models import RECORD_TYPES, VECTOR_FIELD, Entity, Fact, Kind, Record
@@ -171,18 +174,54 @@ def from_rows(kind: Kind, rows: Iterable[Sequence[Any]]) -> list[Any]:
     at = [i + 1 for i, c in enumerate(columns) if c in JSON_COLUMNS]  # +1: seq comes first
     texts = [row[i] for row in rows for i in at if isinstance(row[i], str)]
     parsed = iter(json.loads(f"[{','.join(texts)}]") if texts else ())
+    make = _MAKERS[kind]
     out = []
     for row in rows:
-        fields = dict(zip(columns, row[1:], strict=True))
+        values = list(row[1:])
         for i in at:
-            name = columns[i - 1]
-            value = next(parsed) if isinstance(row[i], str) else row[i]
-            fields[name] = decode_value(value, json=True)
-        for name in ("labels", "aliases", "episodes"):
-            if name in fields:
-                fields[name] = tuple(fields[name])
-        out.append(RECORD_TYPES[kind](**fields))
+            if isinstance(row[i], str):
+                values[i - 1] = next(parsed)
+        out.append(make(*values))
     return out
+
+
+def _maker(kind: Kind) -> Callable[..., Record]:
+    """A constructor of ``kind``'s records from their columns' values as the driver returns them (JSON columns
+    parsed), converted as the record holds them but not validated again: every row was validated in Python before
+    it was written (:func:`prepare`), as the in-memory store builds its records from rows (``backends/memory/
+    rows.py``). Validating each fact read again (its verdicts, its times) was half the time of reading it. Times
+    come in UTC already: every connection's session is (``connection.connect``)."""
+    cls = RECORD_TYPES[kind]
+    enums = enum_fields(cls)
+    wrap: dict[str, Callable[[Any], Any]] = {}
+    for name, code in field_codes(cls):
+        if name in enums:
+            how, members = enums[name]
+            wrap[name] = members.__getitem__ if how == "val" else functools.partial(_members, members, name)
+        elif code == "tuple":
+            wrap[name] = tuple
+        elif code == "map":
+            wrap[name] = _json_map
+        elif code == "vec":
+            wrap[name] = _read_only
+    return record_maker(cls, wrap)
+
+
+def _members(members: Mapping[str, enum.Enum], name: str, value: Mapping[str, str]) -> dict[str, enum.Enum]:
+    return enum_map(value, members, name)
+
+
+def _json_map(value: Any) -> dict[str, Any]:
+    return dict(decode_value(value, json=True))
+
+
+def _read_only(value: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32] | None:
+    if value is not None:
+        value.flags.writeable = False  # the driver's array is the record's own (vectors.py: a copy as float32)
+    return value
+
+
+_MAKERS = {kind: _maker(kind) for kind in Kind}
 
 
 def key_filter(kind: Kind, alias: str = "") -> str:
