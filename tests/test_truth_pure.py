@@ -473,6 +473,66 @@ def test_component_links_the_same_facts_as_the_pairwise_definition() -> None:
     check()
 
 
+def _conflicts_by_pairs(facts: list[Fact], classes: object, single: set[str]) -> set[tuple[str, str]]:
+    """The contradicting pairs of statements listed pair by pair (quadratic; the oracle of Conflicts): judged
+    contradictions between statements no episode says both of, and two objects of one single-valued subject."""
+    find = classes.find  # type: ignore[attr-defined]
+    said: dict[str, set[str]] = {}
+    for f in facts:
+        said.setdefault(find(f.id), set()).update(f.episodes)
+    known = {f.id: f for f in facts}
+    pairs = [
+        (a.id, b_id)
+        for a in facts
+        for b_id in a.verdicts
+        if b_id in known
+        and invalidation.verdict_between(a, known[b_id]) == Verdict.CONTRADICTS
+        and said[find(a.id)].isdisjoint(said[find(b_id)])
+    ]
+    pairs += [
+        (a.id, b.id)
+        for a in facts
+        for b in facts
+        if a.relation in single
+        and (a.source_id, a.relation) == (b.source_id, b.relation)
+        and a.target_id != b.target_id
+    ]
+    return {(find(a), find(b)) for a, b in pairs if find(a) != find(b)} | {
+        (find(b), find(a)) for a, b in pairs if find(a) != find(b)
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from("ab"), st.sampled_from(["LIKES", "LIVES_IN"]), st.sampled_from("xyz"),
+                  st.sampled_from(["Ann likes tea", "Ann likes coffee"]), st.sets(st.sampled_from(["e1", "e2", "e3"]))),
+        min_size=1,
+        max_size=9,
+    ),
+    verdicts=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.sampled_from(list(Verdict))), max_size=8),
+    single=st.sets(st.sampled_from(["LIKES", "LIVES_IN"])),
+)  # fmt: skip
+def test_statements_conflict_as_the_pairwise_definition(
+    rows: list[tuple[str, str, str, str, set[str]]], verdicts: list[tuple[int, int, Verdict]], single: set[str]
+) -> None:
+    """Conflicts answers for every pair of statements what listing the contradicting pairs one by one gives (a
+    single-valued relation's conflicts are not listed: a value changed N times would be N^2 / 2 pairs)."""
+    judged: dict[int, dict[str, Verdict]] = {}
+    for a, b, v in verdicts:
+        if a < len(rows) and b < len(rows) and a != b:
+            judged.setdefault(a, {})[f"f{b}"] = v
+    facts = [
+        Fact(id=f"f{i}", group_id="g", source_id=s, target_id=t, relation=r, fact=text, created_at=NOW,
+             episodes=tuple(sorted(eps)), verdicts=judged.get(i, {}))
+        for i, (s, r, t, text, eps) in enumerate(rows)
+    ]  # fmt: skip
+    classes, conflicts = invalidation.statements(facts, single.__contains__)
+    roots = {classes.find(f.id) for f in facts}
+    expected = _conflicts_by_pairs(facts, classes, single)
+    assert {(a, b) for a in roots for b in roots if (a, b) in conflicts} == expected
+
+
 SENTENCES = st.lists(
     st.sampled_from(
         ["Alice is a nurse.", "alice is a nurse!", "She lives in Paris.", "Mr. Smith is her boss.", "Dr. Who?",

@@ -201,8 +201,38 @@ def statement_episodes(facts: Sequence[Fact], statement: Mapping[str, str]) -> d
     return said
 
 
-def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> tuple[_Classes, set[tuple[str, str]]]:
-    """The statement of each fact (classes) and the contradicting pairs of statements (roots, both orders).
+class Conflicts:
+    """Which statements (roots of :class:`_Classes`) contradict one another: the pairs an LLM judged (both orders),
+    and those of a single-valued relation of the ontology, which are not listed but read from each statement's
+    (subject, relation) -> objects: two statements conflict when they give one subject and relation two objects. A
+    value changed N times would be N^2 / 2 pairs, made for every new fact of that subject."""
+
+    __slots__ = ("_judged", "_slots")
+
+    def __init__(self, judged: set[tuple[str, str]], slots: dict[str, dict[tuple[str, str], set[str]]]) -> None:
+        self._judged = judged
+        self._slots = slots  # statement root -> (subject, single-valued relation) -> the objects its facts give
+
+    def __contains__(self, pair: tuple[str, str]) -> bool:
+        first, second = pair
+        if first == second:  # a fact never contradicts its own statement, whatever an LLM said
+            return False
+        if pair in self._judged:
+            return True
+        mine, theirs = self._slots.get(first), self._slots.get(second)
+        if not mine or not theirs:
+            return False
+        if len(theirs) < len(mine):
+            mine, theirs = theirs, mine
+        for key, objects in mine.items():
+            others = theirs.get(key)
+            if others is not None and len(objects | others) > 1:  # an object of one differs from one of the other
+                return True
+        return False
+
+
+def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> tuple[_Classes, Conflicts]:
+    """The statement of each fact (classes) and which statements contradict one another.
 
     An LLM's verdict between two statements that one episode says both of does not count while it does: one message
     said both, so they are two statements and both hold (the verdict counts again once no episode says both, as
@@ -232,23 +262,17 @@ def statements(facts: Sequence[Fact], single_valued: Callable[[str], bool]) -> t
             elif found == Verdict.CONTRADICTS:
                 judged.append((fact.id, other_id))
     said_in = statement_episodes(facts, {f.id: classes.find(f.id) for f in facts})
-    pairs = [(a, b) for a, b in judged if said_in[classes.find(a)].isdisjoint(said_in[classes.find(b)])]
-    by_subject: dict[tuple[str, str], list[Fact]] = {}
+    pairs: set[tuple[str, str]] = set()
+    for a, b in judged:
+        ra, rb = classes.find(a), classes.find(b)
+        if ra != rb and said_in[ra].isdisjoint(said_in[rb]):
+            pairs.update(((ra, rb), (rb, ra)))
+    slots: dict[str, dict[tuple[str, str], set[str]]] = {}
     for fact in facts:
         if single_valued(fact.relation):
-            by_subject.setdefault((fact.source_id, fact.relation), []).append(fact)
-    for group in by_subject.values():
-        for i, a in enumerate(group):
-            for b in group[i + 1 :]:
-                if a.target_id != b.target_id:
-                    pairs.append((a.id, b.id))
-    conflicts: set[tuple[str, str]] = set()
-    for first, second in pairs:
-        ra, rb = classes.find(first), classes.find(second)
-        if ra != rb:  # a fact never contradicts its own statement, whatever an LLM said
-            conflicts.add((ra, rb))
-            conflicts.add((rb, ra))
-    return classes, conflicts
+            mine = slots.setdefault(classes.find(fact.id), {})
+            mine.setdefault((fact.source_id, fact.relation), set()).add(fact.target_id)
+    return classes, Conflicts(pairs, slots)
 
 
 def history(
