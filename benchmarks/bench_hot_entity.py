@@ -16,10 +16,15 @@ against the exact answer of the storage interface's reference implementation, fo
     python benchmarks/bench_hot_entity.py --sizes 1000,10000
     python benchmarks/bench_hot_entity.py --backends memory,postgres --postgres-sizes 1000,10000   # PostgreSQL too
     python benchmarks/bench_hot_entity.py --restate --sizes 250,500,1000 --out benchmarks/out/hot_restated.json
+    python benchmarks/bench_hot_entity.py --moves --sizes 250,500,1000,2000 --out benchmarks/out/hot_moves.json
 
 ``--restate``: every message also says ``"I KNOWS Bob."``, one statement restated in every episode (a user who
 mentions the same thing day after day). Each restatement is a fact of its own, superseded by the first, and each
 new one settles the history of them all: this measures what that costs as they accumulate (no targets).
+
+``--moves``: every message also says ``"I LIVES_IN city<i>."``, a new city each time, with ``LIVES_IN`` declared
+single-valued in the ontology: a value that changes in every episode (a user's location, status or current task).
+Each new fact ends the one before it; the whole chain is one component of the history (no targets).
 
 Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size, on every backend.
 """
@@ -42,7 +47,7 @@ import render
 from bench_extraction import Timed
 from measure import POSTGRES_SETTINGS, percentile
 
-from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig
+from tkg import FixedClock, HashEmbedder, Memory, MemoryConfig, Ontology, RelationType
 from tkg.backends.memory import InMemoryStore
 from tkg.llm.rules import RulesLLM
 from tkg.storage import Store
@@ -75,9 +80,17 @@ def recall(store: Store, embedder: HashEmbedder, user_id: str, rng: random.Rando
     return {name: sum(v) / len(v) if v else 1.0 for name, v in found.items()}
 
 
-def run(sizes: list[int], block: int, seed: int = 3, store: Any = None, restate: bool = False) -> list[dict[str, Any]]:
-    """One run on ``store`` (default: a new in-memory store); the same seed gives the same episodes; ``restate``:
-    each also restates one statement."""
+VARIANTS = {  # --restate / --moves: what each message also says, and the tables' subtitle
+    "restate": (" I KNOWS Bob.", "one statement restated in every episode"),
+    "moves": (" I LIVES_IN city{i}.", "a single-valued value changed in every episode"),
+}
+
+
+def run(
+    sizes: list[int], block: int, seed: int = 3, store: Any = None, variant: str | None = None
+) -> list[dict[str, Any]]:
+    """One run on ``store`` (default: a new in-memory store); the same seed gives the same episodes; ``variant``:
+    one of VARIANTS, what each message also says."""
     rng = random.Random(seed)
     llm = Timed(RulesLLM())
     embedder = HashEmbedder()
@@ -88,13 +101,15 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None, restate:
         llm=llm,
         clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(seconds=1)),
         config=MemoryConfig(communities=None),  # the community tier has its own benchmark
+        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}) if variant == "moves" else None,
     )
     start = datetime(2020, 1, 1, tzinfo=UTC)
     last = sizes[-1]
     engine_ms: list[float] = []
     rows = []
     for i in range(last):
-        text = f"User: I {rng.choice(RELATIONS)} thing{rng.randrange(3 * last)}." + (" I KNOWS Bob." if restate else "")
+        text = f"User: I {rng.choice(RELATIONS)} thing{rng.randrange(3 * last)}."
+        text += VARIANTS[variant][0].format(i=i) if variant else ""
         before = llm.seconds
         began = time.perf_counter()
         memory.add_episode(text, group_id="user", reference_time=start + timedelta(hours=i))
@@ -125,16 +140,16 @@ def run(sizes: list[int], block: int, seed: int = 3, store: Any = None, restate:
 
 
 def contract(
-    by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any] | None = None, restate: bool = False
+    by_backend: dict[str, list[dict[str, Any]]], before: dict[str, Any] | None = None, variant: str | None = None
 ) -> dict[str, Any]:
     """Tables, plot and targets of a run; ``before``: an earlier run's JSON, shown beside it (its tables only);
-    ``restate``: a run of ``--restate`` (no targets)."""
+    ``variant``: a run of ``--restate`` or ``--moves`` (no targets)."""
     tables, series, targets = [], {}, []
     for backend, rows in by_backend.items():
         tables.append(
             {
                 "title": f"One user entity accumulating facts: engine time per episode ({backend} backend, RulesLLM)"
-                + (", one statement restated in every episode" if restate else ""),
+                + (f", {VARIANTS[variant][1]}" if variant else ""),
                 "columns": [
                     "episodes",
                     "facts of the user entity",
@@ -166,7 +181,7 @@ def contract(
                 ],
             }
         )
-        for r in rows if not restate else ():
+        for r in rows if not variant else ():
             at = f"{r['user_facts']:,} facts ({backend})"
             targets.append(render.target(f"engine p50 < 5 ms at {at}", r["p50_ms"], P50_LIMIT_MS, "ms"))
             targets.append(render.target(f"engine p95 < 10 ms at {at}", r["p95_ms"], P95_LIMIT_MS, "ms"))
@@ -196,17 +211,17 @@ def contract(
     return {"tables": tables, "plots": [plot], "targets": targets}
 
 
-def run_on(backend: str, sizes: list[int], block: int, restate: bool = False) -> list[dict[str, Any]]:
+def run_on(backend: str, sizes: list[int], block: int, variant: str | None = None) -> list[dict[str, Any]]:
     print(f"-- {backend} backend", flush=True)
     if backend == "memory":
-        return run(sizes, block, restate=restate)
+        return run(sizes, block, variant=variant)
     from tkg.backends.postgres import EmbeddedPostgres, PostgresStore
 
     with (
         EmbeddedPostgres(settings=POSTGRES_SETTINGS) as server,
         PostgresStore(server.dsn, dim=HashEmbedder().dim, schema="hot") as store,
     ):
-        return run(sizes, block, store=store, restate=restate)
+        return run(sizes, block, store=store, variant=variant)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, help="an earlier run's JSON, shown beside this one")
     parser.add_argument("--reuse", type=Path, help="take the measurements from this run's JSON instead of running")
     parser.add_argument("--restate", action="store_true", help='every message also says "I KNOWS Bob." (no targets)')
+    parser.add_argument(
+        "--moves", action="store_true", help='every message also says "I LIVES_IN city<i>." (single-valued; no targets)'
+    )
     args = parser.parse_args(argv)
+    if args.restate and args.moves:
+        parser.error("--restate and --moves are two runs: take one")
+    variant = "restate" if args.restate else "moves" if args.moves else None
 
     def counts(text: str) -> list[int]:
         return sorted({int(s) for s in text.split(",") if s.strip()})
@@ -249,13 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         header = {k: measured[k] for k in ("bench", "command", "machine", "args", "started", "seconds")}
         by_backend = measured["results"]
         args.restate = args.restate or bool(measured["args"].get("restate"))
+        args.moves = args.moves or bool(measured["args"].get("moves"))
+        variant = "restate" if args.restate else "moves" if args.moves else None
     else:
         # each backend in a fresh process: none is measured in a process another one has used
-        by_backend = {
-            b: bench_core.in_fresh_process(run_on, b, sizes_of[b], args.block, args.restate) for b in backends
-        }
+        by_backend = {b: bench_core.in_fresh_process(run_on, b, sizes_of[b], args.block, variant) for b in backends}
         header = render.header("hot_entity", args, info, started_at, started)
-    payload = {**header, **contract(by_backend, before, args.restate), "results": by_backend}
+    payload = {**header, **contract(by_backend, before, variant), "results": by_backend}
     render.write_result(args.out, payload)
     return 0
 

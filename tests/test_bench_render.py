@@ -334,21 +334,27 @@ def test_results_carry_no_path_of_this_machine(tmp_path: Path, monkeypatch: pyte
     assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"args": plain}
 
 
-def test_hot_entity_restate_adds_one_restatement_an_episode_and_sets_no_targets(tmp_path: Path) -> None:
-    """bench_hot_entity --restate: each message also restates "I KNOWS Bob." (a second fact of the user's, all of
-    them one statement, every one but the first superseded by it); its tables say so and carry no targets, also when
-    its JSON is rendered again with --reuse."""
+@pytest.mark.parametrize(
+    ("variant", "subtitle"),
+    [("restate", "one statement restated in every episode"), ("moves", "a single-valued value changed in every episode")],
+)
+def test_hot_entity_variants_add_one_fact_an_episode_and_set_no_targets(
+    tmp_path: Path, variant: str, subtitle: str
+) -> None:
+    """bench_hot_entity --restate / --moves: each message also restates "I KNOWS Bob." (all of them one statement)
+    or says "I LIVES_IN city<i>." (a single-valued value, a new one each time): a second fact of the user's an
+    episode; its tables say so and carry no targets, also when its JSON is rendered again with --reuse."""
     import bench_hot_entity
 
-    (row,) = bench_hot_entity.run([30], 10, restate=True)
+    (row,) = bench_hot_entity.run([30], 10, variant=variant)
     assert row["user_facts"] == 60 and row["block"] == 10
     assert bench_hot_entity.run([30], 10)[0]["user_facts"] == 30
     run = {**FIXTURE, "bench": "hot_entity", "started": "2026-11-28T10:00:00+00:00", "results": {"memory": [row]}}
-    (tmp_path / "run.json").write_text(json.dumps({**run, "args": {"restate": True}}))
+    (tmp_path / "run.json").write_text(json.dumps({**run, "args": {variant: True}}))
     out = tmp_path / "out.json"
     bench_hot_entity.main(["--reuse", str(tmp_path / "run.json"), "--out", str(out)])
     payload = json.loads(out.read_text())
-    assert payload["tables"][0]["title"].endswith("one statement restated in every episode")
+    assert payload["tables"][0]["title"].endswith(subtitle)
     assert payload["targets"] == []
 
 
