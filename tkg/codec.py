@@ -162,8 +162,11 @@ def _map_members(cls: type, name: str) -> dict[str, enum.Enum] | None:
 
 
 def enum_map(value: Any, members: Mapping[str, enum.Enum], name: str) -> dict[str, enum.Enum]:
-    """A stored map of enum values as the record holds it: the members themselves (the fast record constructor
-    skips the model's own conversion, and code compares verdicts by identity)."""
+    """A stored map of enum values (as :func:`encode_value` wrote it) as the record holds it: the members
+    themselves (the fast record constructor skips the model's own conversion, and code compares verdicts by
+    identity)."""
+    if isinstance(value, dict) and len(value) == 1 and MAP_TAG in value:
+        value = value[MAP_TAG]  # one key that is itself a tag (a fact id may be "__map__"): wrapped when written
     try:
         return {str(k): members[v] for k, v in value.items()}
     except (KeyError, TypeError, AttributeError):
