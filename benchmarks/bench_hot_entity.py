@@ -269,9 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         measured = json.loads(args.reuse.read_text())
         header = {k: measured[k] for k in ("bench", "command", "machine", "args", "started", "seconds")}
         by_backend = measured["results"]
-        args.restate = args.restate or bool(measured["args"].get("restate"))
-        args.moves = args.moves or bool(measured["args"].get("moves"))
-        variant = "restate" if args.restate else "moves" if args.moves else None
+        was = next((name for name in VARIANTS if measured["args"].get(name)), None)
+        if variant and was and variant != was:
+            parser.error(f"{args.reuse} is a --{was} run, not --{variant}")
+        variant = variant or was
     else:
         # each backend in a fresh process: none is measured in a process another one has used
         by_backend = {b: bench_core.in_fresh_process(run_on, b, sizes_of[b], args.block, variant) for b in backends}
