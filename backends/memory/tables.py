@@ -137,8 +137,10 @@ class Timeline:
 
 #: Records made from rows that a table keeps for its next reads: an episode reads the facts around its entities
 #: several times (their closest, then each one's statement), so most reads find their record made; bounded, as
-#: these records are objects the cycle collector walks.
-_MADE = 1024
+#: these records are objects the cycle collector walks (4,096 facts: a few MB, against ~1 GB at 100,000). A history
+#: longer than this (one value changed or restated thousands of times) is made again at each of its reads: at
+#: 1,024, a value changed 2,000 times cost 64 ms an episode, 45 ms at 4,096 (bench_hot_entity.py --moves).
+_MADE = 4096
 
 
 def micros_or(value: datetime | None, missing: int) -> int:
