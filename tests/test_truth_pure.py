@@ -193,6 +193,15 @@ def test_fuzzy_match_merges_strong_names_only() -> None:
     # a weak name is never merged by fuzzy similarity alone
     assert is_weak("Al") and judge("Al", [entity("a", "Al.")]).match == "a"  # exact after normalisation
     assert judge("Ann", [entity("a", "Anne")]).match is None
+    # names whose numbers differ are distinct entities as often as not: related (the LLM decides), never merged
+    for name, other in [
+        ("Robert Smith12", "Robert Smith1"),
+        ("Flight BA1170", "Flight BA117"),
+        ("Agent 007", "Agent 7"),
+    ]:
+        verdict = judge(name, [entity("r", other)])
+        assert verdict.match is None and [c.id for c in verdict.ambiguous] == ["r"], (name, other)
+    assert judge("Constantinople Bartholomew 42nd", [entity("b", "Constantinople Bartholomew 42")]).match == "b"
 
 
 def test_related_names_are_ambiguous_and_unrelated_ones_new() -> None:

@@ -4,7 +4,9 @@ Pure functions over names and candidate entities; no store, no LLM. The passes, 
 
 1. exact: the normalised name equals a candidate's normalised name or alias -> that entity;
 2. fuzzy: character 3-gram Jaccard similarity >= ``fuzzy_threshold`` with one candidate -> that entity, unless the
-   name is *weak* (short single words and low-entropy strings such as "Al" or "aaa" are too easily confused);
+   name is *weak* (short single words and low-entropy strings such as "Al" or "aaa" are too easily confused) or
+   the two names' numbers differ ("Robert Smith1" and "Robert Smith12", "Flight BA1170" and "Flight BA117": a
+   number tells entities apart more often than it is mistyped, so the LLM decides);
 3. otherwise, candidates that look related (sharing a word, 3-gram Jaccard >= ``related_threshold``, or name
    cosine >= ``cosine_threshold``) make the name *ambiguous*: only those go to the LLM, in one batched call;
 4. with no related candidate, the name is a new entity, without asking anyone.
@@ -109,6 +111,14 @@ def is_weak(name: str) -> bool:
     return entropy < 1.5
 
 
+def _numbers(name: str) -> list[str]:
+    """The runs of digits in ``name``, in order (leading zeros kept: "007" is not "7")."""
+    return _DIGITS.findall(name)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
 def _words(name: str) -> set[str]:
     return {w for w in fuzzy_form(name).split() if w not in _STOP}
 
@@ -157,6 +167,11 @@ def judge(
     scored.sort(key=lambda item: (-item[0], item[1].id))
     best, entity = scored[0]
     runner_up = scored[1][0] if len(scored) > 1 else 0.0
-    if best >= rules.fuzzy_threshold and runner_up < rules.fuzzy_threshold and not is_weak(name):
+    if (
+        best >= rules.fuzzy_threshold
+        and runner_up < rules.fuzzy_threshold
+        and not is_weak(name)
+        and any(_numbers(f) == _numbers(name) and jaccard(grams, shingles(f)) >= best for f in forms(entity))
+    ):
         return Verdict(match=entity.id, reason="fuzzy")
     return Verdict(ambiguous=tuple(c for _, c in scored[: rules.max_candidates]), reason="ambiguous")
