@@ -705,3 +705,24 @@ def test_removing_an_episode_drops_the_verdicts_on_the_facts_it_took_away(make_s
     memory.export(tmp_path / "g.jsonl")
     exported = (tmp_path / "g.jsonl").read_text()
     assert not any(i in exported for i in acme)
+
+
+def test_a_new_value_is_shown_the_one_holding_before_closer_worded_superseded_ones() -> None:
+    """The LLM is shown at most max_fact_candidates statements of the new fact's relation: those holding first,
+    then the superseded ones, each the closest first. Six earlier values worded like the new one ("city71".."city76",
+    each ended by the next) and the value holding now ("Paris") are seven candidates for "city77": shown the six
+    closest by wording only, the LLM never saw Paris, which went on holding beside city77."""
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=RulesLLM(),
+        clock=FixedClock(T0, tick=timedelta(minutes=1)),
+        config=MemoryConfig(communities=None, max_fact_candidates=6),
+    )
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    places = [f"city7{k}" for k in range(1, 7)] + ["Paris", "city77"]
+    for day, place in enumerate(places):
+        memory.add_episode(f"User: I LIVES_IN {place}.", group_id="g", reference_time=start + timedelta(days=day))
+    by_place = {f.fact.rsplit(" ", 1)[1]: f for f in facts(memory).values() if f.relation == "LIVES_IN"}
+    assert [p for p, f in by_place.items() if f.invalid_at is None] == ["city77"]
+    assert by_place["Paris"].invalid_at == by_place["city77"].valid_at
+    assert by_place["Paris"].id in by_place["city77"].verdicts

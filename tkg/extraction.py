@@ -227,7 +227,12 @@ class EpisodePlanner:
         take(list(related.values()))
         if not single:
             self._same_relation(probe, sorted(near), statements, seen, take, first)
-        shown = self._closest(probe.fact, [min(m, key=_representative) for m in statements.values()])
+        kept = list(statements.values())
+        shown = self._closest(
+            probe.fact,
+            [min(m, key=_representative) for m in kept],
+            [all(f.expired_at is not None for f in m) for m in kept],
+        )
         self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
         return shown, inherited
 
@@ -413,12 +418,21 @@ class EpisodePlanner:
                 cache[min(a, b), max(a, b)].append(fact)
         return keys
 
-    def _closest(self, sentence: str, candidates: list[Fact]) -> list[Fact]:
+    def _closest(self, sentence: str, candidates: list[Fact], superseded: list[bool]) -> list[Fact]:
+        """The ``max_fact_candidates`` statements shown to the LLM: those still holding before those a later fact
+        already superseded (``superseded``: each candidate's statement, all of its facts), each the closest first.
+        A new fact can end only what holds: shown the values a chain of changes went through, closest by wording,
+        the LLM was often not shown the one holding now ("lives in city79" shown 76, 73, 42, 77, 7, 1, not 78), which
+        then held on beside the new one. A superseded statement is still worth a verdict (it holds again if what
+        ended it is removed), after those."""
         vector = self.vectors.get(sentence)
         limit = self.settings.max_fact_candidates
         closeness = _closeness(candidates, vector) if vector is not None else [0.0] * len(candidates)
         # Ties by content, never by arrival.
-        order = sorted(range(len(candidates)), key=lambda i: (-closeness[i], invalidation.statement_key(candidates[i])))
+        order = sorted(
+            range(len(candidates)),
+            key=lambda i: (superseded[i], -closeness[i], invalidation.statement_key(candidates[i])),
+        )
         return [candidates[i] for i in order[:limit]]
 
     # -- phase 2 --------------------------------------------------------------------------------------------
