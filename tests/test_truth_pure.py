@@ -202,6 +202,10 @@ def test_fuzzy_match_merges_strong_names_only() -> None:
         verdict = judge(name, [entity("r", other)])
         assert verdict.match is None and [c.id for c in verdict.ambiguous] == ["r"], (name, other)
     assert judge("Constantinople Bartholomew 42nd", [entity("b", "Constantinople Bartholomew 42")]).match == "b"
+    # the same numbers in another script; a form with the same numbers that is not the closest form
+    assert judge("Flight ＢＡ１１７ London Heathrowe", [entity("f", "Flight BA117 London Heathrow")]).match == "f"
+    station = entity("s", "Constantinople Bartholomew Station 12 Old", "Constantinople Bartholomew Station 1")
+    assert judge("Constantinople Bartholomew Station 12", [station]).match == "s"
 
 
 def test_related_names_are_ambiguous_and_unrelated_ones_new() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -112,8 +113,9 @@ def is_weak(name: str) -> bool:
 
 
 def _numbers(name: str) -> list[str]:
-    """The runs of digits in ``name``, in order (leading zeros kept: "007" is not "7")."""
-    return _DIGITS.findall(name)
+    """The runs of digits in ``name``, in order, in ASCII whatever the script they are written in ("１１７" and
+    "١١٧" are 117; leading zeros kept: "007" is not "7")."""
+    return ["".join(str(unicodedata.digit(c)) for c in run) for run in _DIGITS.findall(name)]
 
 
 _DIGITS = re.compile(r"\d+")
@@ -171,7 +173,10 @@ def judge(
         best >= rules.fuzzy_threshold
         and runner_up < rules.fuzzy_threshold
         and not is_weak(name)
-        and any(_numbers(f) == _numbers(name) and jaccard(grams, shingles(f)) >= best for f in forms(entity))
+        and any(
+            _numbers(f) == _numbers(name) and jaccard(grams, shingles(f)) >= rules.fuzzy_threshold
+            for f in forms(entity)
+        )
     ):
         return Verdict(match=entity.id, reason="fuzzy")
     return Verdict(ambiguous=tuple(c for _, c in scored[: rules.max_candidates]), reason="ambiguous")
