@@ -204,6 +204,11 @@ def test_fuzzy_match_merges_strong_names_only() -> None:
     assert judge("Constantinople Bartholomew 42nd", [entity("b", "Constantinople Bartholomew 42")]).match == "b"
     # the same numbers in another script; a form with the same numbers that is not the closest form
     assert judge("Flight ＢＡ１１７ London Heathrowe", [entity("f", "Flight BA117 London Heathrow")]).match == "f"
+    # Roman numerals are numbers too (as their value), words that only look like one are not
+    assert judge("Jonathan Smithson III", [entity("j", "Jonathan Smithson II")]).match is None
+    henry = entity("h", "Constantinople Bartholomew Henry VIII")
+    assert judge("Constantinople Bartholomew Henryy VIII", [henry]).match == "h"
+    assert judge("Constantinople MIXER Hall", [entity("m", "Constantinople MIXER Halls")]).match == "m"
     station = entity("s", "Constantinople Bartholomew Station 12 Old", "Constantinople Bartholomew Station 1")
     assert judge("Constantinople Bartholomew Station 12", [station]).match == "s"
 

@@ -5,8 +5,9 @@ Pure functions over names and candidate entities; no store, no LLM. The passes, 
 1. exact: the normalised name equals a candidate's normalised name or alias -> that entity;
 2. fuzzy: character 3-gram Jaccard similarity >= ``fuzzy_threshold`` with one candidate -> that entity, unless the
    name is *weak* (short single words and low-entropy strings such as "Al" or "aaa" are too easily confused) or
-   the two names' numbers differ ("Robert Smith1" and "Robert Smith12", "Flight BA1170" and "Flight BA117": a
-   number tells entities apart more often than it is mistyped, so the LLM decides);
+   the two names' numbers differ ("Robert Smith1" and "Robert Smith12", "Flight BA1170" and "Flight BA117",
+   "John Smith II" and "John Smith III": a number tells entities apart more often than it is mistyped, so the LLM
+   decides);
 3. otherwise, candidates that look related (sharing a word, 3-gram Jaccard >= ``related_threshold``, or name
    cosine >= ``cosine_threshold``) make the name *ambiguous*: only those go to the LLM, in one batched call;
 4. with no related candidate, the name is a new entity, without asking anyone.
@@ -113,12 +114,26 @@ def is_weak(name: str) -> bool:
 
 
 def _numbers(name: str) -> list[str]:
-    """The runs of digits in ``name``, in order, in ASCII whatever the script they are written in ("１１７" and
-    "١١٧" are 117; leading zeros kept: "007" is not "7")."""
-    return ["".join(str(unicodedata.digit(c)) for c in run) for run in _DIGITS.findall(name)]
+    """The numbers in ``name``, in order: runs of digits, in ASCII whatever the script they are written in ("１１７"
+    and "١١٧" are 117; leading zeros kept: "007" is not "7"), and words that are upper-case Roman numerals, as
+    their value ("Henry VIII" is Henry 8; "Jonathan Smithson III" is not "Jonathan Smithson II")."""
+    out = []
+    for digits, word in _NUMBER.findall(name):
+        if digits:
+            out.append("".join(str(unicodedata.digit(c)) for c in digits))
+        elif _ROMAN.fullmatch(word):
+            out.append(str(_roman_value(word)))
+    return out
 
 
-_DIGITS = re.compile(r"\d+")
+_NUMBER = re.compile(r"(\d+)|\b([IVXLCDM]+)\b")
+_ROMAN = re.compile(r"M{0,3}(CM|CD|D?C{0,3})(XC|XL|L?X{0,3})(IX|IV|V?I{0,3})")
+_ROMAN_DIGITS = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+
+
+def _roman_value(word: str) -> int:
+    values = [_ROMAN_DIGITS[c] for c in word]
+    return sum(-v if v < after else v for v, after in zip(values, [*values[1:], 0], strict=True))
 
 
 def _words(name: str) -> set[str]:
