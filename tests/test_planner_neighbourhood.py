@@ -28,9 +28,10 @@ def toward(cosine: float, axis: int) -> np.ndarray:
 
 @pytest.mark.parametrize("batch", [1, 2, 10**6])
 def test_a_statement_met_through_one_restatement_is_read_whole(make_store: Callable[[int], Store], batch: int) -> None:
-    """ "Ann likes rome" is the closest fact to the new one, but its statement's restatement shown to the LLM is the
-    earliest, "ANN LIKES ROME", which is far: so the closest statement is "Ann likes oslo". Read one fact at a
-    time, a planner that took the statement's first restatement for the whole would show "Ann likes rome"."""
+    """ "Ann likes rome" is the closest fact to the new one, so its statement is the closest (a statement is as close
+    as its closest sentence still holding), but the restatement shown to the LLM is the statement's earliest, "ANN
+    LIKES ROME", which is far. Read one fact at a time, a planner that took the statement's first restatement read
+    for the whole would show "Ann likes rome"."""
     store = make_store(DIM)
     names = ["Ann", "Rome", "Oslo", "Lima", "Kiev", "Bern"]
     entities = [Entity(id=f"e{i}", group_id="g", name=n, created_at=T0) for i, n in enumerate(names)]
@@ -65,5 +66,5 @@ def test_a_statement_met_through_one_restatement_is_read_whole(make_store: Calla
     settings = PlanSettings(max_fact_candidates=1, related_candidates=0, candidate_batch=batch)
     vectors = {"Ann likes paris": toward(1.0, 1)}
     questions = EpisodePlanner(store, episode, T0, settings, vectors).questions(draft)
-    assert [[c.fact for c in item.candidates] for item in questions.facts] == [["Ann likes oslo"]]
+    assert [[c.fact for c in item.candidates] for item in questions.facts] == [["ANN LIKES ROME"]]
     store.close()

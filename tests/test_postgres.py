@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import multiprocessing
 import string
@@ -528,6 +529,8 @@ def test_a_version_8_schema_keeps_its_packs_and_stale_records_on_upgrade(
             conn.execute(f'ALTER TABLE "{schema}".{table} DROP COLUMN indexed')  # schema 10's, with its indexes
         conn.execute(f'ALTER TABLE "{schema}".packed DROP COLUMN gen, DROP COLUMN pending')
         conn.execute(f'ALTER TABLE "{schema}".communities DROP COLUMN summarised')  # schema 12's
+        for end in ("source", "target"):
+            conn.execute(f'DROP INDEX "{schema}".facts_{end}_holding')  # schema 13's
         conn.execute(f"UPDATE \"{schema}\".meta SET value = '8' WHERE key = 'schema_version'")
     scope = make_scope(T0 + timedelta(days=1), ["g"])
     with PostgresStore(server.dsn, dim=DIM, schema=schema) as upgraded:
@@ -566,6 +569,7 @@ def test_a_version_5_schema_gets_its_fact_sketches_on_upgrade(
             relation=["KNOWS", "LIKES"][i % 2],
             fact=f"fact {i}",
             created_at=T0,
+            expired_at=T0 if i % 5 == 0 else None,
             embedding=None if i % 97 == 0 else rng.standard_normal(DIM).astype(np.float32),
         )
         for i in range(2 * EXACT_UP_TO + 300)  # more of each relation than are all scored exactly
@@ -583,10 +587,10 @@ def test_a_version_5_schema_gets_its_fact_sketches_on_upgrade(
             assert (got is None) if want is None else got == f"{int(want[1:], 16):0{len(want[1:]) * 4}b}", f.id
         for n in range(5):
             query = rng.standard_normal(DIM).astype(np.float32)
-            for same in (True, False):
-                ours = upgraded.closest_facts(["e0"], query, 10, "KNOWS", same=same)
-                theirs = memory.closest_facts(["e0"], query, 10, "KNOWS", same=same)
-                assert [f.id for f, _ in ours] == [f.id for f, _ in theirs], (n, same)
+            for same, holding in itertools.product((True, False), (False, True)):
+                ours = upgraded.closest_facts(["e0"], query, 10, "KNOWS", same=same, holding=holding)
+                theirs = memory.closest_facts(["e0"], query, 10, "KNOWS", same=same, holding=holding)
+                assert [f.id for f, _ in ours] == [f.id for f, _ in theirs], (n, same, holding)
                 assert np.allclose([s for _, s in ours], [s for _, s in theirs], atol=1e-5)
 
 

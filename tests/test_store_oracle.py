@@ -12,6 +12,7 @@ scores positive, best first.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -301,19 +302,27 @@ def compare_neighbourhoods(store: Store, oracle: ReferenceStore, world: World) -
         assert store.facts_judging(fact_ids, ends) == oracle.facts_judging(fact_ids, ends), ends
         for relation in [*RELATIONS, "NONE"]:
             assert store.facts_with(ends, relation) == oracle.facts_with(ends, relation), (ends, relation)
-            for same in (True, False):
+            for same, holding in itertools.product((True, False), (False, True)):
                 for k in (1, 3, 50):
-                    ours = store.closest_facts(ends, vector, k, relation, same=same)
-                    theirs = oracle.closest_facts(ends, vector, k, relation, same=same)
+                    ours = store.closest_facts(ends, vector, k, relation, same=same, holding=holding)
+                    theirs = oracle.closest_facts(ends, vector, k, relation, same=same, holding=holding)
                     assert all(f == store.get(Kind.FACT, [f.id])[0] for f, _ in ours)
+                    assert not holding or all(f.expired_at is None for f, _ in ours)
                     same_hits(
                         [Hit(f.id, s) for f, s in ours],
                         [Hit(f.id, s) for f, s in theirs],
-                        f"closest {ends} {relation} same={same} k={k}",
+                        f"closest {ends} {relation} same={same} holding={holding} k={k}",
                     )
             # Several reads made together (on a database: on several connections) are each what it reads alone.
-            asks = [Closest(ends, vector, k, relation, same) for same in (False, True) for k in (3, 50)]
-            alone = [store.closest_facts(a.entity_ids, a.vector, a.k, a.relation, same=a.same) for a in asks]
+            asks = [
+                Closest(ends, vector, k, relation, same, holding)
+                for same, holding in itertools.product((False, True), (False, True))
+                for k in (3, 50)
+            ]
+            alone = [
+                store.closest_facts(a.entity_ids, a.vector, a.k, a.relation, same=a.same, holding=a.holding)
+                for a in asks
+            ]
             assert store.closest_facts_together(asks) == alone, (ends, relation)
     assert store.closest_facts_together([]) == []
 
@@ -387,6 +396,7 @@ def test_the_closest_facts_around_a_hot_entity_are_found_among_crowding_ones(
                 relation="KNOWS" if near else ["OWNS", "READ"][i % 4 // 2],
                 fact=f"fact {i}",
                 created_at=T0,
+                expired_at=T0 if i % 3 == 0 else None,  # a third superseded: not among the holding ones
                 embedding=vector,
             )
         )
@@ -394,16 +404,17 @@ def test_the_closest_facts_around_a_hot_entity_are_found_among_crowding_ones(
         store.write(WriteBatch(puts=[hub, *others, *facts]))
         for n in range(6):
             probe = (query + 0.5 * rng.standard_normal(dim)).astype(np.float32)
-            for same in (True, False):
-                exact = Store.closest_facts(store, ["user"], probe, 10**6, "KNOWS", same=same)
+            for same, holding in itertools.product((True, False), (False, True)):
+                exact = Store.closest_facts(store, ["user"], probe, 10**6, "KNOWS", same=same, holding=holding)
                 score = {f.id: s for f, s in exact}
                 kth = exact[9][1] - 1e-5
-                got = store.closest_facts(["user"], probe, 10, "KNOWS", same=same)
+                got = store.closest_facts(["user"], probe, 10, "KNOWS", same=same, holding=holding)
                 assert len(got) == 10
                 assert all(abs(s - score[f.id]) <= 1e-5 for f, s in got), (n, same)  # exact scores
                 assert all((f.relation == "KNOWS") == same for f, _ in got)
+                assert all(f.expired_at is None for f, _ in got) or not holding
                 found = sum(s >= kth for _, s in got)
-                assert found >= 9, (n, same, found)
+                assert found >= 9, (n, same, holding, found)
             both = [Closest(["user"], probe, 10, "KNOWS", same) for same in (False, True)]
             assert store.closest_facts_together(both) == [
                 store.closest_facts(["user"], probe, 10, "KNOWS", same=same) for same in (False, True)

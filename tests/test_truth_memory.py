@@ -726,3 +726,23 @@ def test_a_new_value_is_shown_the_one_holding_before_closer_worded_superseded_on
     assert [p for p, f in by_place.items() if f.invalid_at is None] == ["city77"]
     assert by_place["Paris"].invalid_at == by_place["city77"].valid_at
     assert by_place["Paris"].id in by_place["city77"].verdicts
+
+
+def test_a_new_value_is_shown_the_one_holding_however_many_closer_worded_values_it_ended() -> None:
+    """The value holding now is shown to the LLM however many superseded values are worded closer to the new one:
+    forty earlier values "city00".."city39" (each ended by the next), then "Paris", then "city99". The planner read
+    the 32 closest facts and stopped, certain of the closest statements; Paris, never read, held on beside city99.
+    The facts still holding are read first, on their own."""
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=RulesLLM(),
+        clock=FixedClock(T0, tick=timedelta(minutes=1)),
+        config=MemoryConfig(communities=None),
+    )
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    places = [f"city{k:02d}" for k in range(40)] + ["Paris", "city99"]
+    for day, place in enumerate(places):
+        memory.add_episode(f"User: I LIVES_IN {place}.", group_id="g", reference_time=start + timedelta(days=day))
+    by_place = {f.fact.rsplit(" ", 1)[1]: f for f in facts(memory).values() if f.relation == "LIVES_IN"}
+    assert [p for p, f in by_place.items() if f.invalid_at is None] == ["city99"]
+    assert by_place["Paris"].invalid_at == by_place["city99"].valid_at

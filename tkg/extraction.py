@@ -14,6 +14,7 @@ Two phases, so an episode costs at most one LLM call beyond extraction:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -227,12 +228,7 @@ class EpisodePlanner:
         take(list(related.values()))
         if not single:
             self._same_relation(probe, sorted(near), statements, seen, take, first)
-        kept = list(statements.values())
-        shown = self._closest(
-            probe.fact,
-            [min(m, key=_representative) for m in kept],
-            [all(f.expired_at is not None for f in m) for m in kept],
-        )
+        shown = self._closest(probe.fact, list(statements.values()))
         self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
         return shown, inherited
 
@@ -246,7 +242,7 @@ class EpisodePlanner:
         statement and between those of the first batch (later reads hit the per-episode cache)."""
         vector, k, settings = self.vectors.get(probe.fact), self._reads()[0], self.settings
         around = [
-            Closest(near, vector, k, probe.relation, same)
+            Closest(near, vector, k, probe.relation, same, holding=same)
             for same, wanted in (
                 (False, settings.related_candidates > 0),
                 (True, not single and settings.max_fact_candidates > 0),
@@ -276,26 +272,53 @@ class EpisodePlanner:
         first: list[tuple[Fact, float]] | None,
     ) -> None:
         """Adds to ``statements`` (through ``take``) the facts of the new fact's relation around its ends that can
-        be among the ``max_fact_candidates`` closest statements: read from the store closest first, each with the
-        rest of its statement, until that many statements known are certainly closer than any fact not read
-        yet. Without a sentence vector, all of them. ``first``: the first round's read, already made."""
+        be among the ``max_fact_candidates`` statements shown (:meth:`_closest`: those still holding first). First
+        the facts still holding, read from the store closest first, until that many holding statements known are
+        certainly closer than any holding fact not read yet; when fewer hold, then the facts of every standing,
+        closest first, until the superseded statements that fill the rest are certain. Each fact is read with the
+        rest of its statement. Without a sentence vector, all of them. ``first``: the first round's read of the
+        holding facts, already made."""
         vector = self.vectors.get(probe.fact)
         limit = self.settings.max_fact_candidates
         if vector is None:
             take(self.store.facts_with(near, probe.relation))
             return
+        if limit <= 0:
+            return
+
+        def closer(edge: float, superseded: bool) -> int:
+            """Statements known of this standing whose closeness is above ``edge``."""
+            return sum(s == superseded and score > edge for s, score in _standing(list(statements.values()), vector))
+
+        def holding() -> int:
+            return sum(not s for s, _ in _standing(list(statements.values()), vector))
+
+        read = functools.partial(self._read_closest, near, vector, probe.relation, seen, take)
+        read(first, True, lambda edge: closer(edge, False) >= limit)
+        if holding() < limit:
+            read(None, False, lambda edge: closer(edge, True) >= limit - holding())
+
+    def _read_closest(
+        self,
+        near: list[str],
+        vector: Vector,
+        relation: str,
+        seen: set[str],
+        take: Callable[[Sequence[Fact]], None],
+        found: list[tuple[Fact, float]] | None,
+        holding: bool,
+        certain: Callable[[float], bool],
+    ) -> None:
+        """Read the facts of ``relation`` around ``near`` (only those still holding: ``holding``) closest first, a
+        batch at a time, each with every fact between its two ends (``take``), until the store has no more, as
+        many as may be read are read, or ``certain`` is true of the last score read (no fact not read yet scores
+        above it). ``found``: the first batch, already read."""
         k, most = self._reads()
-        found = first
-        while limit > 0:
+        while True:
             if found is None:
-                found = self.store.closest_facts(near, vector, k, probe.relation)
-            # Each fact read with the rest of its statement: every fact between its two ends, in one read.
+                found = self.store.closest_facts(near, vector, k, relation, holding=holding)
             take(self._between([(old.source_id, old.target_id) for old, _ in found if old.id not in seen]))
-            if len(found) < k or k >= most:
-                return
-            edge = found[-1][1] + _SCORE_NOISE
-            shown = [min(m, key=_representative) for m in statements.values()]
-            if sum(score > edge for score in _closeness(shown, vector)) >= limit:
+            if len(found) < k or k >= most or certain(found[-1][1] + _SCORE_NOISE):
                 return
             k, found = most, None
 
@@ -418,22 +441,20 @@ class EpisodePlanner:
                 cache[min(a, b), max(a, b)].append(fact)
         return keys
 
-    def _closest(self, sentence: str, candidates: list[Fact], superseded: list[bool]) -> list[Fact]:
-        """The ``max_fact_candidates`` statements shown to the LLM: those still holding before those a later fact
-        already superseded (``superseded``: each candidate's statement, all of its facts), each the closest first.
+    def _closest(self, sentence: str, statements: list[list[Fact]]) -> list[Fact]:
+        """The ``max_fact_candidates`` statements shown to the LLM (each by its representative restatement): those
+        still holding before those a later fact already superseded, each the closest first (:func:`_standing`).
         A new fact can end only what holds: shown the values a chain of changes went through, closest by wording,
         the LLM was often not shown the one holding now ("lives in city79" shown 76, 73, 42, 77, 7, 1, not 78), which
         then held on beside the new one. A superseded statement is still worth a verdict (it holds again if what
         ended it is removed), after those."""
-        vector = self.vectors.get(sentence)
-        limit = self.settings.max_fact_candidates
-        closeness = _closeness(candidates, vector) if vector is not None else [0.0] * len(candidates)
+        standing = _standing(statements, self.vectors.get(sentence))
         # Ties by content, never by arrival.
         order = sorted(
-            range(len(candidates)),
-            key=lambda i: (superseded[i], -closeness[i], invalidation.statement_key(candidates[i])),
+            range(len(statements)),
+            key=lambda i: (standing[i][0], -standing[i][1], invalidation.statement_key(statements[i][0])),
         )
-        return [candidates[i] for i in order[:limit]]
+        return [min(statements[i], key=_representative) for i in order[: self.settings.max_fact_candidates]]
 
     # -- phase 2 --------------------------------------------------------------------------------------------
     def build(self, draft: Draft, questions: Questions | None = None, answer: Resolution | None = None) -> GraphPlan:
@@ -741,6 +762,23 @@ def _closeness(facts: Sequence[Fact], vector: Vector) -> list[float]:
         dots = np.einsum("ij,j->i", matrix, vector) / np.where(norms > 0, norms, 1.0)
         for i, value in zip(embedded, dots.tolist(), strict=True):
             out[i] = value
+    return out
+
+
+def _standing(statements: Sequence[Sequence[Fact]], vector: Vector | None) -> list[tuple[bool, float]]:
+    """Each statement's standing among the candidates: whether a later fact superseded every fact of it, and its
+    closeness to ``vector`` (0.0 without one): the best cosine among its facts still holding (among all of them,
+    when none holds). Scored by its holding facts, a statement none of whose holding facts was read scores no more
+    than the last holding fact read, whatever its superseded restatements score."""
+    flat = [f for m in statements for f in m]
+    scores = _closeness(flat, vector) if vector is not None else [0.0] * len(flat)
+    out = []
+    at = 0
+    for m in statements:
+        mine = scores[at : at + len(m)]
+        at += len(m)
+        held = [score for f, score in zip(m, mine, strict=True) if f.expired_at is None]
+        out.append((not held, max(held or mine)))
     return out
 
 

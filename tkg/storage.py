@@ -81,6 +81,7 @@ class Closest(NamedTuple):
     k: int
     relation: str
     same: bool = True
+    holding: bool = False
 
 
 def check_candidates(asks: Sequence[Candidates]) -> None:
@@ -285,7 +286,9 @@ class Store(abc.ABC):
         """What :meth:`closest_facts` returns for each of ``asks``, in order (a new fact's first reads around its
         ends: its own relation and the others). The default asks one after the other; a backend whose reads wait
         on a server answers them together."""
-        return [self.closest_facts(a.entity_ids, a.vector, a.k, a.relation, same=a.same) for a in asks]
+        return [
+            self.closest_facts(a.entity_ids, a.vector, a.k, a.relation, same=a.same, holding=a.holding) for a in asks
+        ]
 
     def facts_between(self, pairs: Sequence[tuple[str, str]]) -> list[Fact]:
         """Facts joining the two entities of any of ``pairs``, either way round, in insertion order."""
@@ -304,13 +307,25 @@ class Store(abc.ABC):
         return [f for f in self.facts_of(entity_ids) if f.verdicts and not wanted.isdisjoint(f.verdicts)]
 
     def closest_facts(
-        self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True
+        self,
+        entity_ids: Sequence[str],
+        vector: Vector,
+        k: int,
+        relation: str,
+        *,
+        same: bool = True,
+        holding: bool = False,
     ) -> list[tuple[Fact, float]]:
         """Up to ``k`` facts with an end among ``entity_ids``, with ``relation`` (``same``) or any other relation
         (not ``same``), by cosine similarity of their embedding to ``vector``, best first (equal scores in
-        insertion order); facts without an embedding are never returned. Exact here; a backend may answer a large
-        candidate set from its approximate vector index, as :meth:`vector_search` does."""
-        facts = [f for f in self.facts_of(entity_ids) if (f.relation == relation) == same and f.embedding is not None]
+        insertion order); facts without an embedding are never returned; with ``holding``, only facts no later
+        fact superseded (``expired_at`` None). Exact here; a backend may answer a large candidate set from its
+        approximate vector index, as :meth:`vector_search` does."""
+        facts = [
+            f
+            for f in self.facts_of(entity_ids)
+            if (f.relation == relation) == same and f.embedding is not None and not (holding and f.expired_at)
+        ]
         if not facts or k <= 0:
             return []
         query = check_vectors(vector, len(facts[0].embedding))[0]  # type: ignore[arg-type]

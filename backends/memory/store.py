@@ -577,11 +577,21 @@ class InMemoryStore(Store):
 
     @_locked
     def closest_facts(
-        self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True
+        self,
+        entity_ids: Sequence[str],
+        vector: Vector,
+        k: int,
+        relation: str,
+        *,
+        same: bool = True,
+        holding: bool = False,
     ) -> list[tuple[Fact, float]]:
         table = self._tables[Kind.FACT]
         query = check_vectors(vector, self.dim)[0]
-        found = self._vectors[Kind.FACT].closest(query, k, self._neighbourhood(entity_ids, relation, same))
+        slots = self._neighbourhood(entity_ids, relation, same)
+        if holding:
+            slots = slots[table.expired.view()[slots] == MAX]
+        found = self._vectors[Kind.FACT].closest(query, k, slots)
         return [(table.record(slot), score) for slot, score in found]  # type: ignore[misc]
 
     def _neighbourhood(self, entity_ids: Sequence[str], relation: str, same: bool) -> Slots:

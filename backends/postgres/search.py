@@ -256,7 +256,10 @@ class Search(Session):
     def closest_facts_together(self, asks: Sequence[Closest]) -> list[list[tuple[Fact, float]]]:
         # A new fact's first reads around its ends (its relation, the others): on search_connections at once.
         return self._together(
-            [partial(self.closest_facts, a.entity_ids, a.vector, a.k, a.relation, same=a.same) for a in asks]
+            [
+                partial(self.closest_facts, a.entity_ids, a.vector, a.k, a.relation, same=a.same, holding=a.holding)
+                for a in asks
+            ]
         )
 
     def candidates(self, asks: Sequence[Candidates], query: str, vector: Vector, scope: Scope) -> list[list[Hit]]:
@@ -304,7 +307,14 @@ class Search(Session):
         return [Hit(rid, score) for score, _, rid in hits[:k]]
 
     def closest_facts(
-        self, entity_ids: Sequence[str], vector: Vector, k: int, relation: str, *, same: bool = True
+        self,
+        entity_ids: Sequence[str],
+        vector: Vector,
+        k: int,
+        relation: str,
+        *,
+        same: bool = True,
+        holding: bool = False,
     ) -> list[tuple[Fact, float]]:
         query = check_vectors(vector, self.dim)[0]
         if k <= 0 or not entity_ids:
@@ -322,14 +332,17 @@ class Search(Session):
         # them (schema 6). Up to EXACT_UP_TO facts, every one is scored exactly, read through the same indexes
         # straight from the table; above, the closest by sketch are read by seq and scored exactly, as the
         # in-memory store does (tkg.vector_sketches). Not the HNSW index: its walk under this filter is crowded
-        # out by the facts the filter refuses, those of the other relations or of other entities.
+        # out by the facts the filter refuses, those of the other relations or of other entities. The facts still
+        # holding (``holding``) have partial indexes of their own, which carry the same columns (schema 13).
         columns = select(Kind.FACT).removesuffix(" FROM {s}.facts")
         op = "=" if same else "<>"
+        kept = " AND expired_at IS NULL" if holding else ""
         around = (  # the neighbourhood's facts, as the {picked} columns, on the {when} condition too
             "SELECT {picked} FROM {{s}}.facts WHERE source_id = ANY(%(ids)s::text[]) "
-            f"AND relation {op} %(relation)s AND sketch IS NOT NULL{{when}} UNION ALL "
+            f"AND relation {op} %(relation)s AND sketch IS NOT NULL{kept}{{when}} UNION ALL "
             "SELECT {picked} FROM {{s}}.facts WHERE target_id = ANY(%(ids)s::text[]) "
-            f"AND relation {op} %(relation)s AND NOT source_id = ANY(%(ids)s::text[]) AND sketch IS NOT NULL{{when}}"
+            f"AND relation {op} %(relation)s AND NOT source_id = ANY(%(ids)s::text[]) AND sketch IS NOT NULL{kept}"
+            "{when}"
         )
         statement = self._q(
             "WITH around AS MATERIALIZED ("
