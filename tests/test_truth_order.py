@@ -392,7 +392,8 @@ def test_candidates_read_closest_first_are_those_of_the_whole_neighbourhood(
 ) -> None:
     """The planner reads the facts around a new one from the store closest first, a batch at a time, and stops once
     the statements it shows are certain. One fact per batch must ask the LLM exactly what one batch holding the
-    whole neighbourhood asks, and give the same graph, with bounds that bite (one candidate, two related
+    whole neighbourhood asks, and give the same graph (two per batch too: one per batch reads one fact, then the
+    most a read may, here all of them), with bounds that bite (one candidate, two related
     statements, any similarity). Objects are sometimes written in capitals: the same statement then has sentences
     with other vectors (each text its own), so a statement met through one restatement must be read whole."""
     note(f"history: {history!r}")
@@ -401,7 +402,7 @@ def test_candidates_read_closest_first_are_those_of_the_whole_neighbourhood(
         content, said = message(statement)
         items.append((content.replace(statement[2], statement[2].upper()) if shout else content, said))
     outcomes = []
-    for batch in (1, 10**6):
+    for batch in (1, 2, 10**6):
         asked: list[tuple[str, tuple[str, ...]]] = []
 
         def recording(prompt: Prompt, model: Any, asked: list[tuple[str, tuple[str, ...]]] = asked) -> Any:
@@ -416,7 +417,7 @@ def test_candidates_read_closest_first_are_those_of_the_whole_neighbourhood(
                 assert memory.add_episode(content, reference_time=said, group_id="g").status.value == "extracted"
             assert memory._ingestor.settings.candidate_batch == batch
         outcomes.append((asked, canonical(memory)))
-    assert outcomes[0] == outcomes[1]
+    assert outcomes[0] == outcomes[1] == outcomes[2]
 
 
 # -- one statement said over several intervals; facts with no start ----------------------------------------------

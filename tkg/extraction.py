@@ -767,18 +767,25 @@ def _closeness(facts: Sequence[Fact], vector: Vector) -> list[float]:
 
 def _standing(statements: Sequence[Sequence[Fact]], vector: Vector | None) -> list[tuple[bool, float]]:
     """Each statement's standing among the candidates: whether a later fact superseded every fact of it, and its
-    closeness to ``vector`` (0.0 without one): the best cosine among its facts still holding (among all of them,
-    when none holds). Scored by its holding facts, a statement none of whose holding facts was read scores no more
-    than the last holding fact read, whatever its superseded restatements score."""
+    closeness to ``vector``: the best cosine among its facts still holding (among all of them, when none holds).
+    Scored by its holding facts, a statement none of whose holding facts was read scores no more than the last
+    holding fact read, whatever its superseded restatements score. With a ``vector``, only facts with a sentence
+    embedding count, as the store's closest-first reads return only those: a statement whose holding facts have
+    none stands as superseded, scored by its other facts (-inf when none has one). Without a ``vector`` (every
+    fact is read), all score 0.0."""
     flat = [f for m in statements for f in m]
     scores = _closeness(flat, vector) if vector is not None else [0.0] * len(flat)
     out = []
     at = 0
     for m in statements:
-        mine = scores[at : at + len(m)]
+        mine = [
+            (f.expired_at is None, score)
+            for f, score in zip(m, scores[at : at + len(m)], strict=True)
+            if vector is None or f.embedding is not None
+        ]
         at += len(m)
-        held = [score for f, score in zip(m, mine, strict=True) if f.expired_at is None]
-        out.append((not held, max(held or mine)))
+        held = [score for holds, score in mine if holds]
+        out.append((not held, max(held or [score for _, score in mine] or [-math.inf])))
     return out
 
 
