@@ -683,6 +683,8 @@ class EpisodePlanner:
         while step:
             links: list[Fact] = []
             named: set[str] = set()
+            # the facts between the ends of this step's statements, in one store read
+            self._read_between([(f.source_id, f.target_id) for f in step if not single(f.relation)])
             for fact in step:
                 if single(fact.relation):  # one slot: every object contradicts every other
                     slot = (fact.source_id, fact.relation)

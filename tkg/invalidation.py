@@ -170,7 +170,7 @@ def verdict_between(a: Fact, b: Fact) -> Verdict | None:
         return None
     if found == Verdict.SAME and not same_pair(a, b):
         return Verdict.COMPATIBLE
-    return Verdict(found)
+    return found if isinstance(found, Verdict) else Verdict(found)  # records hold members; a plain dict may not
 
 
 class _Classes:
