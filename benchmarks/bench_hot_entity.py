@@ -17,6 +17,7 @@ against the exact answer of the storage interface's reference implementation, fo
     python benchmarks/bench_hot_entity.py --backends memory,postgres --postgres-sizes 1000,10000   # PostgreSQL too
     python benchmarks/bench_hot_entity.py --restate --sizes 250,500,1000 --out benchmarks/out/hot_restated.json
     python benchmarks/bench_hot_entity.py --moves --sizes 250,500,1000,2000 --out benchmarks/out/hot_moves.json
+    python benchmarks/bench_hot_entity.py --changes --sizes 250,500,1000 --out benchmarks/out/hot_changes.json
 
 ``--restate``: every message also says ``"I KNOWS Bob."``, one statement restated in every episode (a user who
 mentions the same thing day after day). Each restatement is a fact of its own, superseded by the first, and each
@@ -25,6 +26,10 @@ new one settles the history of them all: this measures what that costs as they a
 ``--moves``: every message also says ``"I LIVES_IN city<i>."``, a new city each time, with ``LIVES_IN`` declared
 single-valued in the ontology: a value that changes in every episode (a user's location, status or current task).
 Each new fact ends the one before it; the whole chain is one component of the history (no targets).
+
+``--changes``: the same messages with the default ontology, so the LLM (here the rule-based double) judges each
+new city against the candidates it is shown: the value holding must be among them. Both report how many LIVES_IN
+values hold at each size (one is right).
 
 Targets (issue 16): engine p50 < 5 ms and p95 < 10 ms per episode at every size, on every backend.
 """
@@ -80,10 +85,13 @@ def recall(store: Store, embedder: HashEmbedder, user_id: str, rng: random.Rando
     return {name: sum(v) / len(v) if v else 1.0 for name, v in found.items()}
 
 
-VARIANTS = {  # --restate / --moves: what each message also says, and the tables' subtitle
+VARIANTS = {  # --restate / --moves / --changes: what each message also says, and the tables' subtitle
     "restate": (" I KNOWS Bob.", "one statement restated in every episode"),
     "moves": (" I LIVES_IN city{i}.", "a single-valued value changed in every episode"),
+    "changes": (" I LIVES_IN city{i}.", "a value changed in every episode, judged by the LLM"),
 }
+#: The variants whose LIVES_IN value changes in every episode: one value must hold at a time.
+CHANGING = ("moves", "changes")
 
 
 def run(
@@ -118,6 +126,7 @@ def run(
             window = engine_ms[-block:]
             user = memory.find_entities("User", group_ids=["user"])[0]
             degree = len(memory.facts_about(user.id, include_invalidated=True))
+            holding = sum(f.relation == "LIVES_IN" for f in memory.facts_about(user.id, include_invalidated=False))
             found = recall(store, embedder, user.id, random.Random(seed + i), 3 * last)
             row = {
                 "episodes": i + 1,
@@ -128,12 +137,14 @@ def run(
                 "block": len(window),
                 "recall_same": found["same"],
                 "recall_other": found["other"],
+                **({"holding": holding} if variant in CHANGING else {}),
             }
             rows.append(row)
             print(
                 f"{i + 1:>7,} episodes, user entity in {degree:,} facts: engine p50 {row['p50_ms']:.2f} ms, "
                 f"p95 {row['p95_ms']:.2f} ms, max {row['max_ms']:.2f} ms (last {len(window)} episodes); "
-                f"recall@{RECALL_K} {found['same']:.3f} (same relation), {found['other']:.3f} (others)",
+                f"recall@{RECALL_K} {found['same']:.3f} (same relation), {found['other']:.3f} (others)"
+                + (f"; LIVES_IN values holding: {holding}" if variant in CHANGING else ""),
                 flush=True,
             )
     return rows
@@ -158,6 +169,7 @@ def contract(
                     "engine max ms",
                     f"recall@{RECALL_K} same relation",
                     f"recall@{RECALL_K} other relations",
+                    *(["LIVES_IN values holding"] if variant in CHANGING else []),
                 ],
                 "rows": [
                     [
@@ -168,6 +180,7 @@ def contract(
                         r["max_ms"],
                         r.get("recall_same"),
                         r.get("recall_other"),
+                        *([r.get("holding")] if variant in CHANGING else []),
                     ]
                     for r in rows
                 ],
@@ -177,6 +190,11 @@ def contract(
                     f"recall@{RECALL_K}: Store.closest_facts around the user against the exact answer, mean of "
                     f"{RECALL_QUERIES} new sentences (a fact counts when its exact score reaches the exact "
                     f"{RECALL_K}th best); the planner's first read is {RECALL_K} facts",
+                    *(
+                        ["LIVES_IN values holding: the user's current LIVES_IN facts at that size (one is right)"]
+                        if variant in CHANGING
+                        else []
+                    ),
                     *([f"server: EmbeddedPostgres with {POSTGRES_SETTINGS}"] if backend == "postgres" else []),
                 ],
             }
@@ -240,10 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--moves", action="store_true", help='every message also says "I LIVES_IN city<i>." (single-valued; no targets)'
     )
+    parser.add_argument(
+        "--changes", action="store_true", help="as --moves, with the default ontology: the LLM decides (no targets)"
+    )
     args = parser.parse_args(argv)
-    if args.restate and args.moves:
-        parser.error("--restate and --moves are two runs: take one")
-    variant = "restate" if args.restate else "moves" if args.moves else None
+    chosen = [name for name in VARIANTS if getattr(args, name)]
+    if len(chosen) > 1:
+        parser.error(f"{' and '.join('--' + c for c in chosen)} are separate runs: take one")
+    variant = chosen[0] if chosen else None
 
     def counts(text: str) -> list[int]:
         return sorted({int(s) for s in text.split(",") if s.strip()})

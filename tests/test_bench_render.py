@@ -339,18 +339,21 @@ def test_results_carry_no_path_of_this_machine(tmp_path: Path, monkeypatch: pyte
     [
         ("restate", "one statement restated in every episode"),
         ("moves", "a single-valued value changed in every episode"),
+        ("changes", "a value changed in every episode, judged by the LLM"),
     ],
 )
 def test_hot_entity_variants_add_one_fact_an_episode_and_set_no_targets(
     tmp_path: Path, variant: str, subtitle: str
 ) -> None:
-    """bench_hot_entity --restate / --moves: each message also restates "I KNOWS Bob." (all of them one statement)
-    or says "I LIVES_IN city<i>." (a single-valued value, a new one each time): a second fact of the user's an
-    episode; its tables say so and carry no targets, also when its JSON is rendered again with --reuse."""
+    """bench_hot_entity --restate / --moves / --changes: each message also restates "I KNOWS Bob." (all of them one
+    statement) or says "I LIVES_IN city<i>." (a new one each time: single-valued, or judged by the LLM): a second
+    fact of the user's an episode, and one LIVES_IN value holds; its tables say so and carry no targets, also when
+    its JSON is rendered again with --reuse."""
     import bench_hot_entity
 
     (row,) = bench_hot_entity.run([30], 10, variant=variant)
     assert row["user_facts"] == 60 and row["block"] == 10
+    assert row.get("holding") == (None if variant == "restate" else 1)  # one value of LIVES_IN holds
     assert bench_hot_entity.run([30], 10)[0]["user_facts"] == 30
     run = {**FIXTURE, "bench": "hot_entity", "started": "2026-11-28T10:00:00+00:00", "results": {"memory": [row]}}
     (tmp_path / "run.json").write_text(json.dumps({**run, "args": {variant: True}}))
@@ -359,6 +362,7 @@ def test_hot_entity_variants_add_one_fact_an_episode_and_set_no_targets(
     payload = json.loads(out.read_text())
     assert payload["tables"][0]["title"].endswith(subtitle)
     assert payload["targets"] == []
+    assert ("LIVES_IN values holding" in payload["tables"][0]["columns"]) == (variant != "restate")
     other = next(name for name in bench_hot_entity.VARIANTS if name != variant)
     with pytest.raises(SystemExit):  # a run of one variant is not shown as the other
         bench_hot_entity.main(["--reuse", str(tmp_path / "run.json"), f"--{other}", "--out", str(out)])
