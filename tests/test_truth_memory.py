@@ -12,9 +12,10 @@ from pydantic import BaseModel, Field
 
 from tkg import FixedClock, HashEmbedder, Kind, Memory, MemoryConfig
 from tkg.errors import ConfigurationError, ExtractionFailedError, LLMError, TimestampError, ValidationError
+from tkg.extraction import EpisodePlanner
 from tkg.llm import LLMPolicy, Prompt, ScriptedLLM
 from tkg.llm.rules import RulesLLM
-from tkg.llm.schema import Resolution
+from tkg.llm.schema import FactDecision, GraphExtraction, Resolution
 from tkg.memory import FactInput
 from tkg.models import Entity, EpisodeStatus, Fact
 from tkg.ontology import Ontology, RelationType
@@ -746,3 +747,81 @@ def test_a_new_value_is_shown_the_one_holding_however_many_closer_worded_values_
     by_place = {f.fact.rsplit(" ", 1)[1]: f for f in facts(memory).values() if f.relation == "LIVES_IN"}
     assert [p for p, f in by_place.items() if f.invalid_at is None] == ["city99"]
     assert by_place["Paris"].invalid_at == by_place["city99"].valid_at
+
+
+def test_a_new_value_coming_last_is_settled_without_reading_the_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new value that comes after everything it contradicts (and after what ended each) is settled from those
+    statements alone: the chain of earlier values, linked to it through their contradictions, is not walked (it
+    was, at every change: linear in the chain's length). One that arrives out of order settles the whole chain.
+    The truth property tests check, on every fact settled so, that the whole chain would change the same."""
+    walked: list[str] = []
+    whole = EpisodePlanner._component
+
+    def counted(self: EpisodePlanner, seed: Fact, plan: Any) -> dict[str, Fact]:
+        walked.append(seed.fact)
+        return whole(self, seed, plan)
+
+    monkeypatch.setattr(EpisodePlanner, "_component", counted)
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=RulesLLM(),
+        clock=FixedClock(T0, tick=timedelta(minutes=1)),
+        config=MemoryConfig(communities=None),
+    )
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    for k in range(40):
+        memory.add_episode(
+            f"User: I LIVES_IN city{k:02d} since {1980 + k}.", group_id="g", reference_time=start + timedelta(days=k)
+        )
+    assert walked == []
+    holding = [f.fact for f in memory.get_all("g") if f.relation == "LIVES_IN"]
+    assert holding == ["User lives in city39"]
+    ended = [f for f in facts(memory).values() if f.relation == "LIVES_IN" and f.invalid_at is not None]
+    assert len(ended) == 39 and all(f.invalid_at.year == f.valid_at.year + 1 for f in ended)  # type: ignore[union-attr]
+    memory.add_episode("User: I LIVES_IN Paris since 1990.", group_id="g", reference_time=start + timedelta(days=50))
+    assert walked == ["User lives in Paris"]
+
+
+def test_a_new_fact_ends_a_single_valued_statement_restated_in_other_words() -> None:
+    """Facts of a single-valued relation with one object are one statement whatever their sentence: "Ann lives in
+    Paris" (2020-2023) carried on by "Ann resides in Paris" (since mid-2020). A fact contradicting the first, coming
+    last, ends the second, which holds the statement on: settled from the contradicted statement alone, found by
+    sentence, it ended nothing (from a fuzzer of the review)."""
+
+    def handler(prompt: Prompt, model: Any) -> Any:
+        if model is GraphExtraction:
+            said = json.loads(str(prompt.inputs["content"]))
+            names = sorted({x for f in said for x in (f["source"], f["target"])})
+            return GraphExtraction(entities=[{"name": n} for n in names], facts=said)
+        return Resolution(
+            facts=[
+                FactDecision(
+                    new=i,
+                    contradicts=[
+                        c["number"]
+                        for c in item["candidates"]
+                        if c["fact"] == "Ann lives in Paris." and item["relation"] == "LIKES"
+                    ],
+                )
+                for i, item in enumerate(prompt.inputs["facts"], 1)
+            ]
+        )
+
+    memory = Memory(
+        embedder=HashEmbedder(dim=32),
+        llm=ScriptedLLM(handler=handler),
+        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC)),
+        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
+        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0), communities=None, related_min_similarity=-1.0),
+    )
+    said = [
+        ("LIVES_IN", "Ann lives in Paris.", "2020-01-01T00:00:00Z", "2023-01-01T00:00:00Z"),
+        ("LIVES_IN", "Ann resides in Paris.", "2020-06-01T00:00:00Z", None),
+        ("LIKES", "Ann likes Paris.", "2022-01-01T00:00:00Z", None),
+    ]
+    for day, (relation, sentence, start, end) in enumerate(said, 1):
+        fact = dict(source="Ann", target="Paris", relation=relation, fact=sentence, valid_from=start, valid_until=end)
+        memory.add_episode(json.dumps([fact]), reference_time=datetime(2024, 1, day, tzinfo=UTC), group_id="g")
+    by_sentence = {f.fact: f for f in memory.get_all("g", include_invalidated=True)}
+    likes, resides = by_sentence["Ann likes Paris."], by_sentence["Ann resides in Paris."]
+    assert resides.invalidated_by == likes.id and resides.invalid_at == datetime(2022, 1, 1, tzinfo=UTC)

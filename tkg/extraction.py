@@ -643,6 +643,13 @@ class EpisodePlanner:
             plan.facts[new.id] = new
             plan.fresh_facts.append(new.id)
         single = self.settings.ontology.single_valued
+        if repeat is None:
+            ended = self._ended_by_last(new, plan)
+            if ended is not None:
+                for fact_id, fact in ended.items():
+                    plan.count("invalidated")
+                    plan.facts[fact_id] = fact
+                return
         pool = self._component(new, plan)
         linked = list(pool.values())
         stated = self._stated(linked, plan)
@@ -662,6 +669,64 @@ class EpisodePlanner:
             elif fact.invalidated_by is None and before.invalidated_by is not None:
                 plan.count("restored")
             plan.facts[fact_id] = fact
+
+    def _ended_by_last(self, new: Fact, plan: GraphPlan) -> dict[str, Fact] | None:
+        """:func:`tkg.invalidation.ended_by_last` for ``new``: what settling its component changes when it comes
+        last, read from the statements it contradicts (whole) and the facts that ended them, not from the whole
+        component, which a chain of changes makes as long as the chain. None: settle the whole component (also
+        when another fact of this episode is among them, or one of its statement)."""
+        single = self.settings.ontology.single_valued
+        if not invalidation.may_end_last(new, single):
+            return None
+        key = invalidation.statement_key(new)
+        mates = [*self._between([(new.source_id, new.target_id)]), *plan.facts.values()]
+        if any(f.id != new.id and invalidation.statement_key(f) == key for f in mates):
+            return None
+        contradicted = self._whole_statements(sorted(i for i, v in new.verdicts.items() if v is Verdict.CONTRADICTS))
+        if contradicted is None or any(f.id in plan.facts for f in contradicted):
+            return None
+        # a fact of this episode in one of those statements (their restatement, or "same" as one of their facts):
+        # not in the store yet, and the statement is then said in this episode too
+        ids, keys = {f.id for f in contradicted}, {invalidation.statement_key(f) for f in contradicted}
+        for f in plan.facts.values():
+            same = any(v is Verdict.SAME and i in ids for i, v in f.verdicts.items())
+            if f.id != new.id and (same or invalidation.statement_key(f) in keys):
+                return None
+        named = sorted({f.invalidated_by for f in contradicted if f.invalidated_by is not None})
+        enders = {f.id: f for f in self.store.get(Kind.FACT, named) if isinstance(f, Fact)}
+        if plan.facts.keys() & enders.keys():
+            return None
+        everyone = [new, *contradicted, *enders.values()]
+        self._stated(everyone, plan)
+        said_last = last_sayings(everyone, self._times)
+        return invalidation.ended_by_last(new, contradicted, enders, said_last, single, self.now)
+
+    def _whole_statements(self, ids: Sequence[str]) -> list[Fact] | None:
+        """The stored facts ``ids`` and every fact of their statements: their restatements and the facts a "same"
+        verdict joins them to, either way round, transitively (a few store reads a step). None when one of
+        ``ids`` is not stored."""
+        step = [f for f in self.store.get(Kind.FACT, list(ids)) if isinstance(f, Fact)]
+        if len(step) != len(ids):
+            return None
+        found: dict[str, Fact] = {}
+        while step:
+            found.update((f.id, f) for f in step)
+            self._read_between([(f.source_id, f.target_id) for f in step])
+            links = [
+                m
+                for f in step
+                for m in self._between([(f.source_id, f.target_id)])
+                if invalidation.statement_key(m) == invalidation.statement_key(f)
+            ]
+            same = sorted({i for f in step for i, v in f.verdicts.items() if v is Verdict.SAME} - found.keys())
+            links += [f for f in self.store.get(Kind.FACT, same) if isinstance(f, Fact)]
+            judged = sorted(f.id for f in step)
+            ends = sorted({e for f in step for e in (f.source_id, f.target_id)})
+            for m in self.store.facts_judging(judged, ends):
+                if any(m.verdicts.get(i) is Verdict.SAME for i in judged):
+                    links.append(m)
+            step = list({m.id: m for m in links if m.id not in found}.values())
+        return list(found.values())
 
     def _component(self, seed: Fact, plan: GraphPlan) -> dict[str, Fact]:
         """The facts linked to ``seed`` through statements or contradictions (:func:`tkg.invalidation.component`),

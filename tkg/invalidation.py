@@ -325,6 +325,71 @@ def history(
     return {f.id: _settled(f, ends[f.id], superseded.get(f.id), now, present, undone) for f in order}
 
 
+def may_end_last(new: Fact, single_valued: Callable[[str], bool]) -> bool:
+    """What :func:`ended_by_last` asks of ``new`` alone: a start, a relation that is not single-valued, no end
+    given by a supersession, and only "contradicts" verdicts."""
+    return (
+        new.valid_at is not None
+        and not single_valued(new.relation)
+        and new.invalidated_by is None
+        and all(v is Verdict.CONTRADICTS or v is Verdict.COMPATIBLE for v in new.verdicts.values())
+    )
+
+
+def ended_by_last(
+    new: Fact,
+    contradicted: Sequence[Fact],
+    enders: Mapping[str, Fact],
+    said_last: Mapping[str, tuple[datetime, datetime]],
+    single_valued: Callable[[str], bool],
+    now: datetime,
+) -> dict[str, Fact] | None:
+    """What :func:`history` changes when ``new`` comes last: the facts it ends, settled. None when that is not
+    plainly so (the caller then settles the whole component).
+
+    ``contradicted``: every fact of each statement ``new`` holds a "contradicts" verdict on, whole (restatements
+    and facts joined by "same" verdicts), as stored; ``enders``: the fact that ended each of them that is ended
+    (``invalidated_by``), as stored; ``said_last``: when each of all these facts was last said.
+
+    The history of the component (every fact linked to ``new``) was settled before ``new`` came, and the sweep of
+    :func:`history` reaches ``new`` last when it comes after every contradicted fact and after what ended each: it
+    finds the stored facts as they are, nothing after ``new`` acts on what it changes, and ``new`` ends the
+    contradicted facts that hold at its start (no other fact conflicts with a statement of its own). Applies when
+    ``new`` has a start, a relation that is not single-valued, only "contradicts" verdicts, and a statement of its
+    own; each fact that ended a contradicted one has a start (one without keeps the fact it ended holding for a
+    while, in the sweep)."""
+    if not may_end_last(new, single_valued):
+        return None
+    if any(single_valued(f.relation) for f in contradicted):
+        return None  # its restatements in other words are one statement: not found by sentence
+    facts = [new, *contradicted]
+    classes, conflicts = statements(facts, single_valued)
+    mine = classes.find(new.id)
+    if any(classes.find(f.id) == mine for f in contradicted):
+        return None
+    last = _sweep_key(new, said_last)
+    for fact in [*contradicted, *enders.values()]:
+        if _sweep_key(fact, said_last) >= last:
+            return None
+    for fact in contradicted:
+        ender = None if fact.invalidated_by is None else enders.get(fact.invalidated_by)
+        if (fact.expired_at is None) != (fact.invalidated_by is None) or (ender is not None and ender.valid_at is None):
+            return None
+        if fact.invalidated_by is not None and ender is None:
+            return None
+    start = new.valid_at
+    assert start is not None  # may_end_last
+    changed: dict[str, Fact] = {}
+    for fact in contradicted:
+        end = own_end(fact)
+        if fact.invalidated_by is not None or (classes.find(fact.id), mine) not in conflicts:
+            continue
+        if _holds_at(fact, end, start) and _ends_at_or_after(end, start):
+            present = {new.id, *(r.invalidated_by for r in revisions_of(fact))}
+            changed[fact.id] = _settled(fact, end, (start, new.id), now, present, frozenset())
+    return changed
+
+
 def _sweep_key(fact: Fact, said_last: Mapping[str, tuple[datetime, datetime]]) -> tuple[object, ...]:
     """World-time order: start (unknown first), when last said (the newer word second; of facts said at one time,
     as the messages of a session stamped with its date, the one the memory learnt last), sentence, relation, and
