@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -780,6 +781,86 @@ def test_a_new_value_coming_last_is_settled_without_reading_the_chain(monkeypatc
     assert len(ended) == 39 and all(f.invalid_at.year == f.valid_at.year + 1 for f in ended)  # type: ignore[union-attr]
     memory.add_episode("User: I LIVES_IN Paris since 1990.", group_id="g", reference_time=start + timedelta(days=50))
     assert walked == ["User lives in Paris"]
+
+
+def facts_said(memory: Memory) -> list[Fact]:
+    """Every fact, superseded ones too (one sentence may be several facts)."""
+    return [f for f in memory.records(Kind.FACT) if isinstance(f, Fact)]
+
+
+def _walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sentences of the new facts whose whole component the planner walks (:meth:`EpisodePlanner._component`)."""
+    walked: list[str] = []
+    whole = EpisodePlanner._component
+
+    def counted(self: EpisodePlanner, seed: Fact, plan: Any) -> dict[str, Fact]:
+        walked.append(seed.fact)
+        return whole(self, seed, plan)
+
+    monkeypatch.setattr(EpisodePlanner, "_component", counted)
+    return walked
+
+
+def test_a_single_valued_value_changed_again_and_again_is_settled_from_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A single-valued relation (LIVES_IN here) whose value changes in every message: each new value, coming after
+    every fact of the slot, ends the one holding, read from the slot alone; the chain of earlier values, one
+    component through the ontology, is not swept at every change (it was: linear in the chain's length); nor when
+    a value is given again (back to an earlier city). A value arriving out of order settles the whole component."""
+    walked = _walks(monkeypatch)
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=RulesLLM(),
+        clock=FixedClock(T0, tick=timedelta(minutes=1)),
+        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
+        config=MemoryConfig(communities=None),
+    )
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    for k in range(30):
+        memory.add_episode(f"User: I LIVES_IN city{k:02d}.", group_id="g", reference_time=start + timedelta(days=k))
+    assert walked == []
+    chain = sorted((f for f in facts(memory).values() if f.relation == "LIVES_IN"), key=lambda f: f.valid_at)  # type: ignore[arg-type,return-value]
+    assert [f.fact for f in chain if f.invalid_at is None] == ["User lives in city29"]
+    for before, after in itertools.pairwise(chain):
+        assert (before.invalid_at, before.invalidated_by) == (after.valid_at, after.id)
+        assert before.expired_at is not None
+    memory.add_episode("User: I LIVES_IN city05.", group_id="g", reference_time=start + timedelta(days=40))
+    memory.add_episode("User: I LIVES_IN city05.", group_id="g", reference_time=start + timedelta(days=41))
+    said = sorted((f for f in facts_said(memory) if f.fact == "User lives in city05"), key=lambda f: f.valid_at)  # type: ignore[arg-type,return-value]
+    assert [(f.invalid_at, f.invalidated_by) for f in said] == [
+        (start + timedelta(days=6), chain[6].id),
+        (None, None),
+        (start + timedelta(days=41), said[1].id),  # said again while it holds: kept empty
+    ]
+    memory.add_episode("User: I LIVES_IN Oslo.", group_id="g", reference_time=start + timedelta(days=35))
+    assert walked == ["User lives in Oslo"]
+    holding = [f for f in memory.get_all("g") if f.relation == "LIVES_IN"]
+    assert [f.id for f in holding] == [said[1].id]
+    oslo = next(f for f in facts(memory).values() if f.fact == "User lives in Oslo")
+    assert oslo.invalid_at == start + timedelta(days=40) and oslo.invalidated_by == said[1].id
+
+
+def test_a_statement_said_again_and_again_is_settled_from_its_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A statement said again in every message ("I KNOWS Bob", day after day): each saying is a fact of its own,
+    kept superseded by the first (the statement holds on, once), settled from the statement's facts alone; the
+    component of every saying is not swept at each new one (it was: linear in how often it was said)."""
+    walked = _walks(monkeypatch)
+    memory = Memory(
+        embedder=HashEmbedder(dim=64),
+        llm=RulesLLM(),
+        clock=FixedClock(T0, tick=timedelta(minutes=1)),
+        config=MemoryConfig(communities=None),
+    )
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    for k in range(30):
+        memory.add_episode("User: I KNOWS Bob.", group_id="g", reference_time=start + timedelta(days=k))
+    said = sorted(memory.get_all("g", include_invalidated=True), key=lambda f: f.valid_at)  # type: ignore[arg-type,return-value]
+    assert len(said) == 30 and walked == []
+    first, *again = said
+    assert first.invalid_at is None and first.expired_at is None
+    assert all((f.invalid_at, f.invalidated_by) == (f.valid_at, first.id) for f in again)
+    assert [f.id for f in memory.get_all("g")] == [first.id]
 
 
 def test_a_new_fact_ends_a_single_valued_statement_restated_in_other_words() -> None:

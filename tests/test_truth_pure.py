@@ -162,6 +162,129 @@ def test_verdicts_carry_over_within_a_statement() -> None:
     assert out["p"].invalidated_by == "b" and out["b"].invalidated_by == "p2" and out["p2"].expired_at is None
 
 
+def _changed(before: list[Fact], after: dict[str, Fact]) -> dict[str, tuple[object, ...]]:
+    """What history() changed, fact by fact (it gives back the others as the same objects)."""
+    given = {f.id: f for f in before}
+    return {
+        i: (f.invalid_at, f.invalidated_by, f.prior_invalid_at, f.expired_at, f.attributes)
+        for i, f in after.items()
+        if f is not given[i]
+    }
+
+
+def _holds(fact: Fact, at: datetime) -> bool:
+    end = invalidation.own_end(fact)
+    return end is None or end > at
+
+
+SPANS = st.lists(
+    st.tuples(st.integers(0, 4), st.integers(2000, 2010), st.one_of(st.none(), st.integers(0, 4))), max_size=8
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(said=SPANS, value=st.integers(0, 6), year=st.integers(2006, 2013))
+def test_a_value_coming_last_ends_in_its_slot_what_the_whole_history_would(
+    said: list[tuple[int, int, int | None]], value: int, year: int
+) -> None:
+    """ended_in_slot (a value of a single-valued relation, settled from its slot alone) changes what settling the
+    slot with it changes, and applies whenever the value comes after every fact of the slot, unless it restates a
+    value holding at its start with an end of its own."""
+    slot = [
+        fact(f"f{i}", "ann", "LIVES_IN", f"city{c}", day(y), None if span is None else day(y + span))
+        for i, (c, y, span) in enumerate(said)
+    ]
+    stored = list(settled(*slot, now=day(2024, 3)).values())
+    new = fact("new", "ann", "LIVES_IN", f"city{value}", day(year, 7))
+    fast = invalidation.ended_in_slot(new, stored, [], LIVES_IN_ONCE, NOW)
+    start = new.valid_at
+    assert start is not None
+    holding = [f for f in stored if f.invalidated_by is None and _holds(f, start)]
+    restated = [f for f in holding if f.target_id == new.target_id]
+    last = all(f.valid_at is not None and f.valid_at < start for f in stored)
+    assert (fast is not None) == (
+        last and (not restated or (len(holding) == 1 and invalidation.own_end(holding[0]) is None))
+    )
+    if fast is not None:
+        expected = _changed([*stored, new], settled(*stored, new))
+        assert {
+            i: (f.invalid_at, f.invalidated_by, f.prior_invalid_at, f.expired_at, f.attributes) for i, f in fast.items()
+        } == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(said=SPANS, year=st.integers(2006, 2013))
+def test_a_statement_said_again_last_is_settled_from_its_facts_as_the_whole_history_would(
+    said: list[tuple[int, int, int | None]], year: int
+) -> None:
+    """restated_last (a verbatim restatement settled from its statement's facts alone) changes what settling the
+    statement with it changes, and applies whenever it comes after every saying and at most one saying holds at
+    its start, without an end of its own."""
+    statement = [
+        fact(f"f{i}", "ann", "KNOWS", "bob", day(y), None if span is None else day(y + span))
+        for i, (_, y, span) in enumerate(said)
+    ]
+    stored = list(settled(*statement, now=day(2024, 3)).values())
+    new = fact("new", "ann", "KNOWS", "bob", day(year, 7))
+    fast = invalidation.restated_last(new, stored, [], LIVES_IN_ONCE, NOW)
+    start = new.valid_at
+    assert start is not None
+    holding = [f for f in stored if f.invalidated_by is None and _holds(f, start)]
+    plain = stored and all(f.valid_at is not None and f.valid_at < start for f in stored)
+    assert (fast is not None) == bool(
+        plain and (not holding or (len(holding) == 1 and invalidation.own_end(holding[0]) is None))
+    )
+    if fast is not None:
+        expected = _changed([*stored, new], settled(*stored, new))
+        assert {
+            i: (f.invalid_at, f.invalidated_by, f.prior_invalid_at, f.expired_at, f.attributes) for i, f in fast.items()
+        } == expected
+        assert [f.invalidated_by for f in fast.values()] == [h.id for h in holding]  # restated, or holds
+
+
+def test_settling_from_the_slot_or_the_statement_gives_way_to_the_whole_history() -> None:
+    """Each case ended_in_slot and restated_last leave to the whole history: a value or saying that does not come
+    after every other, a value restated while it holds with an end of its own, a verdict linking the slot or
+    statement to another fact (held by one of its facts, by the new one, or naming one of its facts), a fact
+    ended by one outside it, a new fact without a start."""
+    paris = fact("p", "ann", "LIVES_IN", "paris", day(2010))
+    rome = fact("r", "ann", "LIVES_IN", "rome", day(2015))
+    ended = settled(paris, rome)
+    slot = [ended["p"], ended["r"]]
+    oslo = fact("o", "ann", "LIVES_IN", "oslo", day(2020))
+    assert invalidation.ended_in_slot(oslo, slot, [], LIVES_IN_ONCE, NOW) == {
+        "r": settled(ended["p"], ended["r"], oslo)["r"]
+    }
+    early = fact("o", "ann", "LIVES_IN", "oslo", day(2012))
+    until = list(settled(paris, fact("r", "ann", "LIVES_IN", "rome", day(2015), day(2030))).values())
+    again = fact("o", "ann", "LIVES_IN", "rome", day(2020))  # restating a value that holds with an end of its own
+    judged = dataclasses.replace(oslo, verdicts={"x": Verdict.CONTRADICTS})
+    judging = fact("x", "ann", "LIKES", "rome", day(2016))
+    judging = dataclasses.replace(judging, verdicts={"r": Verdict.SAME})
+    outside = dataclasses.replace(ended["p"], invalidated_by="x")
+    for new, facts, judges in [
+        (early, slot, []),
+        (again, until, []),
+        (judged, slot, []),
+        (oslo, slot, [judging]),
+        (oslo, [outside, ended["r"]], []),
+        (dataclasses.replace(oslo, valid_at=None), slot, []),
+    ]:
+        assert invalidation.ended_in_slot(new, facts, judges, LIVES_IN_ONCE, NOW) is None
+    knows = [fact("k1", "ann", "KNOWS", "bob", day(2010)), fact("k2", "ann", "KNOWS", "bob", day(2012))]
+    stored = list(settled(*knows).values())
+    again = fact("k3", "ann", "KNOWS", "bob", day(2014))
+    assert invalidation.restated_last(again, stored, [], LIVES_IN_ONCE, NOW)["k3"].invalidated_by == "k1"  # type: ignore[index]
+    for new, facts, judges in [
+        (dataclasses.replace(again, valid_at=day(2011)), stored, []),
+        (dataclasses.replace(again, verdicts={"z": Verdict.SAME}), stored, []),
+        (again, stored, [dataclasses.replace(judging, verdicts={"k2": Verdict.CONTRADICTS})]),
+        (again, [dataclasses.replace(stored[0], verdicts={"z": Verdict.CONTRADICTS}), stored[1]], []),
+        (dataclasses.replace(again, relation="LIVES_IN"), stored, []),
+    ]:
+        assert invalidation.restated_last(new, facts, judges, LIVES_IN_ONCE, NOW) is None
+
+
 def test_candidates_share_the_pair_or_an_endpoint_and_the_relation_and_overlap() -> None:
     new = fact("n", "alice", "LIVES_IN", "berlin", day(2023))
     assert invalidation.may_concern(new, fact("1", "alice", "LIVES_IN", "paris", None))

@@ -647,7 +647,7 @@ class EpisodePlanner:
             ended = self._ended_by_last(new, plan)
             if ended is not None:
                 for fact_id, fact in ended.items():
-                    plan.count("invalidated")
+                    plan.count("fact_restated" if fact_id == new.id else "invalidated")
                     plan.facts[fact_id] = fact
                 return
         pool = self._component(new, plan)
@@ -676,11 +676,15 @@ class EpisodePlanner:
         component, which a chain of changes makes as long as the chain. None: settle the whole component (also
         when another fact of this episode is among them, or one of its statement)."""
         single = self.settings.ontology.single_valued
+        if single(new.relation):
+            return self._ended_in_slot(new, plan)
+        key = invalidation.statement_key(new)
+        stored = self._between([(new.source_id, new.target_id)])
+        if any(invalidation.statement_key(f) == key for f in stored):
+            return self._restated_last(new, [f for f in stored if invalidation.statement_key(f) == key], plan)
         if not invalidation.may_end_last(new, single):
             return None
-        key = invalidation.statement_key(new)
-        mates = [*self._between([(new.source_id, new.target_id)]), *plan.facts.values()]
-        if any(f.id != new.id and invalidation.statement_key(f) == key for f in mates):
+        if any(f.id != new.id and invalidation.statement_key(f) == key for f in plan.facts.values()):
             return None
         contradicted = self._whole_statements(sorted(i for i, v in new.verdicts.items() if v is Verdict.CONTRADICTS))
         if contradicted is None or any(f.id in plan.facts for f in contradicted):
@@ -700,6 +704,54 @@ class EpisodePlanner:
         self._stated(everyone, plan)
         said_last = last_sayings(everyone, self._times)
         return invalidation.ended_by_last(new, contradicted, enders, said_last, single, self.now)
+
+    def _ended_in_slot(self, new: Fact, plan: GraphPlan) -> dict[str, Fact] | None:
+        """:func:`tkg.invalidation.ended_in_slot` for ``new``, of a single-valued relation: read from the facts of its
+        slot (subject and relation) and the facts judging them, not from the whole component (the slot and
+        everything linked to it), whose history a value changed N times makes N facts long. None: settle the whole
+        component (also when another fact of this episode is in the slot or judges one of its facts)."""
+        if (
+            new.valid_at is None
+            or new.invalidated_by is not None
+            or any(v != Verdict.COMPATIBLE for v in new.verdicts.values())
+        ):
+            return None
+        slot = self._slot(new.source_id, new.relation)
+        if self._planned_beside(
+            new, plan, {f.id for f in slot}, lambda f: (f.source_id, f.relation) == (new.source_id, new.relation)
+        ):
+            return None
+        ends = sorted({new.source_id, *(f.target_id for f in slot)})
+        judging = self.store.facts_judging(sorted(f.id for f in slot), ends) if slot else []
+        return invalidation.ended_in_slot(new, slot, judging, self.settings.ontology.single_valued, self.now)
+
+    def _restated_last(self, new: Fact, statement: list[Fact], plan: GraphPlan) -> dict[str, Fact] | None:
+        """:func:`tkg.invalidation.restated_last` for ``new``, which restates verbatim the stored facts
+        ``statement``: read from them and the facts judging them, not from the whole component, which a statement
+        said N times makes N facts long. None: settle the whole component (also when another fact of this episode
+        is of the statement or judges one of its facts)."""
+        if (
+            new.valid_at is None
+            or new.invalidated_by is not None
+            or any(v != Verdict.COMPATIBLE for v in new.verdicts.values())
+        ):
+            return None
+        key = invalidation.statement_key(new)
+        if self._planned_beside(new, plan, {f.id for f in statement}, lambda f: invalidation.statement_key(f) == key):
+            return None
+        judging = self.store.facts_judging(sorted(f.id for f in statement), [new.source_id, new.target_id])
+        return invalidation.restated_last(new, statement, judging, self.settings.ontology.single_valued, self.now)
+
+    @staticmethod
+    def _planned_beside(new: Fact, plan: GraphPlan, ids: set[str], alike: Callable[[Fact], bool]) -> bool:
+        """Does another fact of this episode's plan belong with ``ids`` (``alike``, or one of them as the plan now
+        has it) or hold a verdict other than "compatible" on one of them or on ``new``?"""
+        named = {*ids, new.id}
+        return any(
+            f.id != new.id
+            and (f.id in ids or alike(f) or any(v != Verdict.COMPATIBLE and i in named for i, v in f.verdicts.items()))
+            for f in plan.facts.values()
+        )
 
     def _whole_statements(self, ids: Sequence[str]) -> list[Fact] | None:
         """The stored facts ``ids`` and every fact of their statements: their restatements and the facts a "same"

@@ -390,6 +390,91 @@ def ended_by_last(
     return changed
 
 
+def ended_in_slot(
+    new: Fact, slot: Sequence[Fact], judging: Sequence[Fact], single_valued: Callable[[str], bool], now: datetime
+) -> dict[str, Fact] | None:
+    """What :func:`history` changes when ``new``, of a single-valued relation, starts after every fact of its slot
+    (its subject and relation) and nothing links the slot to other facts: the value holding at its start, if it is
+    another, ends there; if it is the same value, holding on without an end of its own, ``new`` restates it (kept
+    empty, superseded by it). None when that is not plainly so (the caller then settles the whole component).
+
+    ``slot``: every stored fact of ``new``'s subject and relation (:func:`component` walks them all); ``judging``:
+    the facts whose verdicts name one of them. A value changed or said again N times thus costs a read of the
+    slot, not a sweep of it. Applies when ``new`` has a start and no verdict but "compatible", and every fact of
+    the slot starts before it, holds no verdict but "compatible" and none names it, and was ended (if it was) by a
+    fact of the slot."""
+    if not single_valued(new.relation) or any((f.source_id, f.relation) != (new.source_id, new.relation) for f in slot):
+        return None
+    return _settled_last(new, slot, judging, lambda f: f.target_id == new.target_id, now)
+
+
+def restated_last(
+    new: Fact, statement: Sequence[Fact], judging: Sequence[Fact], single_valued: Callable[[str], bool], now: datetime
+) -> dict[str, Fact] | None:
+    """What :func:`history` changes when ``new``, of a relation that is not single-valued, restates verbatim a
+    statement after every fact of it and nothing links the statement to other facts: when a fact of the statement
+    holds at its start, without an end of its own, ``new`` is kept superseded by it (empty: the statement holds
+    on, once); when none does, ``new`` holds; nothing else changes. None when that is not plainly so (the caller
+    then settles the whole component).
+
+    ``statement``: every stored fact of ``new``'s statement (its ends, relation and sentence); ``judging``: the facts
+    whose verdicts name one of them. Something said again and again, day after day, thus costs a read of the
+    statement, not a sweep of every time it was said. Applies when ``new`` has a start and no verdict but
+    "compatible", and every fact of the statement starts before it, holds no verdict but "compatible" and none
+    names it, and was ended (if it was) by a fact of the statement."""
+    key = statement_key(new)
+    if single_valued(new.relation) or not statement or any(statement_key(f) != key for f in statement):
+        return None
+    return _settled_last(new, statement, judging, lambda f: True, now)
+
+
+def _settled_last(
+    new: Fact, facts: Sequence[Fact], judging: Sequence[Fact], restates: Callable[[Fact], bool], now: datetime
+) -> dict[str, Fact] | None:
+    """:func:`ended_in_slot` and :func:`restated_last`, once their ``facts`` are known to be the whole component
+    of ``new`` but for what links them to other facts (``restates``: which of them are of ``new``'s statement).
+    The sweep of :func:`history` then reaches ``new`` last, the others as stored; at its start at most one
+    statement holds (a later one ends an earlier one it contradicts), and ``new`` restates it or ends it."""
+    start = new.valid_at
+    if start is None or new.invalidated_by is not None or _judged(new):
+        return None
+    ids = {f.id for f in facts}
+    present = {*ids, new.id}
+    for fact in facts:
+        if fact.valid_at is None or fact.valid_at >= start or not _settled_within(fact, ids, present):
+            return None
+    if any(_names(f, ids) for f in judging):
+        return None
+    # a fact ended by another ends before that one starts, so before ``new``: only the unended may hold at its start
+    holding = [f for f in facts if f.invalidated_by is None and _holds_at(f, own_end(f), start)]
+    mine = [f for f in holding if restates(f)]
+    if mine:
+        if len(holding) != 1 or own_end(mine[0]) is not None:
+            return None  # several, or one with an end of its own: which is the newer word needs when each was said
+        return {new.id: _settled(new, own_end(new), (start, mine[0].id), now, present, frozenset())}
+    return {f.id: _settled(f, own_end(f), (start, new.id), now, present, frozenset()) for f in holding}
+
+
+def _judged(fact: Fact) -> bool:
+    """Does ``fact`` hold a verdict that links it to another (anything but "compatible")?"""
+    return any(v != Verdict.COMPATIBLE for v in fact.verdicts.values())
+
+
+def _names(fact: Fact, ids: Set[str]) -> bool:
+    """Does ``fact`` hold a verdict other than "compatible" on one of ``ids``?"""
+    return any(v != Verdict.COMPATIBLE and i in ids for i, v in fact.verdicts.items())
+
+
+def _settled_within(fact: Fact, ids: Set[str], present: Set[str]) -> bool:
+    """Is ``fact`` linked by no verdict, superseded (if it is) by one of ``ids``, with its record consistent, and
+    are the causes of its revisions all ``present``? (Then :func:`history` over ``ids`` alone settled it.)"""
+    if _judged(fact) or (fact.expired_at is None) != (fact.invalidated_by is None):
+        return False
+    if fact.invalidated_by is not None and fact.invalidated_by not in ids:
+        return False
+    return all(r.invalidated_by in present for r in revisions_of(fact))
+
+
 def _sweep_key(fact: Fact, said_last: Mapping[str, tuple[datetime, datetime]]) -> tuple[object, ...]:
     """World-time order: start (unknown first), when last said (the newer word second; of facts said at one time,
     as the messages of a session stamped with its date, the one the memory learnt last), sentence, relation, and
