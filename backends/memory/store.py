@@ -556,8 +556,11 @@ class InMemoryStore(Store):
     def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:
         ends = set(entity_ids)
         found: set[int] = set()
+        judging = self._judging
         for named in fact_ids:
-            found |= self._slots_where(self._judging.get(named, ()), ends, whole=False)
+            judges = judging.get(named)
+            if judges:  # most facts are named by no verdict: a statement said N times, N look-ups, no call each
+                found |= self._slots_where(judges, ends, whole=False)
         return self._facts_at(found)
 
     def _slots_where(self, fact_ids: Iterable[str], ends: set[str], *, whole: bool) -> set[int]:
