@@ -710,11 +710,7 @@ class EpisodePlanner:
         slot (subject and relation) and the facts judging them, not from the whole component (the slot and
         everything linked to it), whose history a value changed N times makes N facts long. None: settle the whole
         component (also when another fact of this episode is in the slot or judges one of its facts)."""
-        if (
-            new.valid_at is None
-            or new.invalidated_by is not None
-            or any(v != Verdict.COMPATIBLE for v in new.verdicts.values())
-        ):
+        if not invalidation.may_settle_alone(new):
             return None
         slot = self._slot(new.source_id, new.relation)
         if self._planned_beside(
@@ -730,11 +726,7 @@ class EpisodePlanner:
         ``statement``: read from them and the facts judging them, not from the whole component, which a statement
         said N times makes N facts long. None: settle the whole component (also when another fact of this episode
         is of the statement or judges one of its facts)."""
-        if (
-            new.valid_at is None
-            or new.invalidated_by is not None
-            or any(v != Verdict.COMPATIBLE for v in new.verdicts.values())
-        ):
+        if not invalidation.may_settle_alone(new):
             return None
         key = invalidation.statement_key(new)
         if self._planned_beside(new, plan, {f.id for f in statement}, lambda f: invalidation.statement_key(f) == key):

@@ -436,7 +436,7 @@ def _settled_last(
     The sweep of :func:`history` then reaches ``new`` last, the others as stored; at its start at most one
     statement holds (a later one ends an earlier one it contradicts), and ``new`` restates it or ends it."""
     start = new.valid_at
-    if start is None or new.invalidated_by is not None or _judged(new):
+    if start is None or not may_settle_alone(new):
         return None
     ids = {f.id for f in facts}
     present = {*ids, new.id}
@@ -455,6 +455,12 @@ def _settled_last(
     return {f.id: _settled(f, own_end(f), (start, new.id), now, present, frozenset()) for f in holding}
 
 
+def may_settle_alone(new: Fact) -> bool:
+    """What :func:`ended_in_slot` and :func:`restated_last` ask of ``new`` alone: a start, no end given by a
+    supersession, and no verdict but "compatible"."""
+    return new.valid_at is not None and new.invalidated_by is None and not _judged(new)
+
+
 def _judged(fact: Fact) -> bool:
     """Does ``fact`` hold a verdict that links it to another (anything but "compatible")?"""
     return any(v != Verdict.COMPATIBLE for v in fact.verdicts.values())
@@ -468,11 +474,13 @@ def _names(fact: Fact, ids: Set[str]) -> bool:
 def _settled_within(fact: Fact, ids: Set[str], present: Set[str]) -> bool:
     """Is ``fact`` linked by no verdict, superseded (if it is) by one of ``ids``, with its record consistent, and
     are the causes of its revisions all ``present``? (Then :func:`history` over ``ids`` alone settled it.)"""
-    if _judged(fact) or (fact.expired_at is None) != (fact.invalidated_by is None):
+    # (called on every fact of a slot or statement at each new one: the common case, no verdict, no revision and
+    # not superseded, is answered without a call)
+    if (fact.verdicts and _judged(fact)) or (fact.expired_at is None) != (fact.invalidated_by is None):
         return False
     if fact.invalidated_by is not None and fact.invalidated_by not in ids:
         return False
-    return all(r.invalidated_by in present for r in revisions_of(fact))
+    return not fact.attributes or all(r.invalidated_by in present for r in revisions_of(fact))
 
 
 def _sweep_key(fact: Fact, said_last: Mapping[str, tuple[datetime, datetime]]) -> tuple[object, ...]:
