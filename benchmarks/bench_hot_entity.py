@@ -20,12 +20,14 @@ against the exact answer of the storage interface's reference implementation, fo
     python benchmarks/bench_hot_entity.py --changes --sizes 250,500,1000 --out benchmarks/out/hot_changes.json
 
 ``--restate``: every message also says ``"I KNOWS Bob."``, one statement restated in every episode (a user who
-mentions the same thing day after day). Each restatement is a fact of its own, superseded by the first, and each
-new one settles the history of them all: this measures what that costs as they accumulate (no targets).
+mentions the same thing day after day). Each restatement is a fact of its own, superseded by the first; each new
+one, coming last, is settled from the statement's facts (``tkg/invalidation.py`` ``restated_last``), read whole:
+this measures what that costs as they accumulate (no targets).
 
 ``--moves``: every message also says ``"I LIVES_IN city<i>."``, a new city each time, with ``LIVES_IN`` declared
 single-valued in the ontology: a value that changes in every episode (a user's location, status or current task).
-Each new fact ends the one before it; the whole chain is one component of the history (no targets).
+Each new fact ends the one before it; the whole chain is one component of the history, and each new value, coming
+last, is settled from the slot's facts (``ended_in_slot``), read whole (no targets).
 
 ``--changes``: the same messages with the default ontology, so the LLM (here the rule-based double) judges each
 new city against the candidates it is shown: the value holding must be among them. Both report how many LIVES_IN
