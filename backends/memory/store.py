@@ -554,14 +554,15 @@ class InMemoryStore(Store):
 
     @_locked
     def facts_judging(self, fact_ids: Sequence[str], entity_ids: Sequence[str]) -> list[Fact]:
-        ends = set(entity_ids)
-        found: set[int] = set()
+        # The facts naming any of them, each once (a fact judged against a statement said N times names all N),
+        # then their ends checked once each.
+        judges: set[str] = set()
         judging = self._judging
         for named in fact_ids:
-            judges = judging.get(named)
-            if judges:  # most facts are named by no verdict: a statement said N times, N look-ups, no call each
-                found |= self._slots_where(judges, ends, whole=False)
-        return self._facts_at(found)
+            found = judging.get(named)
+            if found:
+                judges.update(found)
+        return self._facts_at(self._slots_where(judges, set(entity_ids), whole=False))
 
     def _slots_where(self, fact_ids: Iterable[str], ends: set[str], *, whole: bool) -> set[int]:
         """The slots of these facts whose two ends are ``ends`` (``whole``) or that have an end among them."""
