@@ -906,3 +906,59 @@ def test_a_new_fact_ends_a_single_valued_statement_restated_in_other_words() -> 
     by_sentence = {f.fact: f for f in memory.get_all("g", include_invalidated=True)}
     likes, resides = by_sentence["Ann likes Paris."], by_sentence["Ann resides in Paris."]
     assert resides.invalidated_by == likes.id and resides.invalid_at == datetime(2022, 1, 1, tzinfo=UTC)
+
+
+def test_a_value_settled_from_its_slot_gives_way_to_a_verdict_on_a_fact_of_the_slot() -> None:
+    """A fact of another relation judged to contradict a fact of the slot links the slot to it: "Ann MOVED_TO Rome"
+    (2016) contradicts "Ann lives in Paris" (2014, ended by Oslo in 2015). "Ann lives in Paris indeed" (2018, other
+    words: no verdict inherited) is Paris again, one statement with the first, so it conflicts with Rome too: the
+    whole component ends both Oslo and Rome at 2018. Settled from the slot alone, it ended Oslo only (from a fuzzer
+    of the review, which found the case only when the check on the facts judging the slot was left out)."""
+
+    def handler(prompt: Prompt, model: Any) -> Any:
+        if model is GraphExtraction:
+            said = json.loads(str(prompt.inputs["content"]))
+            names = sorted({x for f in said for x in (f["source"], f["target"])})
+            return GraphExtraction(entities=[{"name": n} for n in names], facts=said)
+        return Resolution(
+            facts=[
+                FactDecision(
+                    new=i,
+                    contradicts=[
+                        c["number"]
+                        for c in item["candidates"]
+                        if item["relation"] == "MOVED_TO" and c["fact"] == "Ann lives in Paris"
+                    ],
+                )
+                for i, item in enumerate(prompt.inputs["facts"], 1)
+            ]
+        )
+
+    memory = Memory(
+        embedder=HashEmbedder(dim=32),
+        llm=ScriptedLLM(handler=handler),
+        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(minutes=1)),
+        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
+        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0), communities=None, related_min_similarity=-1.0),
+    )
+    said = [
+        ("LIVES_IN", "Paris", "Ann lives in Paris", "2014-01-01T00:00:00Z"),
+        ("LIVES_IN", "Oslo", "Ann lives in Oslo", "2015-01-01T00:00:00Z"),
+        ("MOVED_TO", "Rome", "Ann moved to Rome", "2016-01-01T00:00:00Z"),
+    ]
+    for day, (relation, place, sentence, start) in enumerate(said, 1):
+        fact = dict(source="Ann", target=place, relation=relation, fact=sentence, valid_from=start)
+        memory.add_episode(json.dumps([fact]), reference_time=datetime(2019, 1, day, tzinfo=UTC), group_id="g")
+    memory.add_facts(
+        [FactInput("Ann", "LIVES_IN", "Paris", fact="Ann lives in Paris indeed", valid_at="2018-01-01T00:00:00Z")],
+        group_id="g",
+    )
+    by_sentence = {f.fact: f for f in memory.get_all("g", include_invalidated=True)}
+    again = by_sentence["Ann lives in Paris indeed"]
+    assert by_sentence["Ann moved to Rome"].verdicts[by_sentence["Ann lives in Paris"].id] == "contradicts"
+    for ended in ("Ann lives in Oslo", "Ann moved to Rome"):
+        assert (by_sentence[ended].invalid_at, by_sentence[ended].invalidated_by) == (
+            datetime(2018, 1, 1, tzinfo=UTC),
+            again.id,
+        )
+    assert again.invalid_at is None
