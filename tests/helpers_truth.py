@@ -22,7 +22,8 @@ def held(memory: Memory, known_at: datetime | None = None, group_id: str = "g") 
     return {f.id: (f.invalid_at, f.invalidated_by, f.expired_at, f.episodes, f.attributes) for f in facts}
 
 
-def _state(fact: Fact) -> tuple[Any, ...]:
+def state(fact: Fact) -> tuple[Any, ...]:
+    """What settling a fact's history may change of it."""
     return (fact.invalid_at, fact.invalidated_by, fact.prior_invalid_at, fact.expired_at, fact.attributes)
 
 
@@ -42,8 +43,8 @@ def settling_last_checked() -> Iterator[list[str]]:
             stated = self._stated(linked, plan)
             single = self.settings.ontology.single_valued
             whole = invalidation.history(linked, stated, single, self.now, said_last=last_sayings(linked, self._times))
-            changed = {i: _state(f) for i, f in whole.items() if f is not pool[i]}
-            assert changed == {i: _state(f) for i, f in fast.items()}, (new, changed, fast)
+            changed = {i: state(f) for i, f in whole.items() if f is not pool[i]}
+            assert changed == {i: state(f) for i, f in fast.items()}, (new, changed, fast)
             taken.append(new.id)
         return fast
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -863,11 +864,9 @@ def test_a_statement_said_again_and_again_is_settled_from_its_facts(monkeypatch:
     assert [f.id for f in memory.get_all("g")] == [first.id]
 
 
-def test_a_new_fact_ends_a_single_valued_statement_restated_in_other_words() -> None:
-    """Facts of a single-valued relation with one object are one statement whatever their sentence: "Ann lives in
-    Paris" (2020-2023) carried on by "Ann resides in Paris" (since mid-2020). A fact contradicting the first, coming
-    last, ends the second, which holds the statement on: settled from the contradicted statement alone, found by
-    sentence, it ended nothing (from a fuzzer of the review)."""
+def _said_as_json(contradicts: Callable[[str, str], bool], tick: timedelta | None = None) -> Memory:
+    """A memory (LIVES_IN single-valued) whose scripted LLM extracts the facts an episode lists as JSON, and judges
+    a new fact to contradict each candidate for which ``contradicts(new fact's relation, candidate's sentence)``."""
 
     def handler(prompt: Prompt, model: Any) -> Any:
         if model is GraphExtraction:
@@ -878,23 +877,28 @@ def test_a_new_fact_ends_a_single_valued_statement_restated_in_other_words() -> 
             facts=[
                 FactDecision(
                     new=i,
-                    contradicts=[
-                        c["number"]
-                        for c in item["candidates"]
-                        if c["fact"] == "Ann lives in Paris." and item["relation"] == "LIKES"
-                    ],
+                    contradicts=[c["number"] for c in item["candidates"] if contradicts(item["relation"], c["fact"])],
                 )
                 for i, item in enumerate(prompt.inputs["facts"], 1)
             ]
         )
 
-    memory = Memory(
+    return Memory(
         embedder=HashEmbedder(dim=32),
         llm=ScriptedLLM(handler=handler),
-        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC)),
+        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=tick),
         ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
         config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0), communities=None, related_min_similarity=-1.0),
     )
+
+
+def test_a_new_fact_ends_a_single_valued_statement_restated_in_other_words() -> None:
+    """Facts of a single-valued relation with one object are one statement whatever their sentence: "Ann lives in
+    Paris" (2020-2023) carried on by "Ann resides in Paris" (since mid-2020). A fact contradicting the first, coming
+    last, ends the second, which holds the statement on: settled from the contradicted statement alone, found by
+    sentence, it ended nothing (from a fuzzer of the review)."""
+
+    memory = _said_as_json(lambda relation, fact: relation == "LIKES" and fact == "Ann lives in Paris.")
     said = [
         ("LIVES_IN", "Ann lives in Paris.", "2020-01-01T00:00:00Z", "2023-01-01T00:00:00Z"),
         ("LIVES_IN", "Ann resides in Paris.", "2020-06-01T00:00:00Z", None),
@@ -915,31 +919,8 @@ def test_a_value_settled_from_its_slot_gives_way_to_a_verdict_on_a_fact_of_the_s
     whole component ends both Oslo and Rome at 2018. Settled from the slot alone, it ended Oslo only (from a fuzzer
     of the review, which found the case only when the check on the facts judging the slot was left out)."""
 
-    def handler(prompt: Prompt, model: Any) -> Any:
-        if model is GraphExtraction:
-            said = json.loads(str(prompt.inputs["content"]))
-            names = sorted({x for f in said for x in (f["source"], f["target"])})
-            return GraphExtraction(entities=[{"name": n} for n in names], facts=said)
-        return Resolution(
-            facts=[
-                FactDecision(
-                    new=i,
-                    contradicts=[
-                        c["number"]
-                        for c in item["candidates"]
-                        if item["relation"] == "MOVED_TO" and c["fact"] == "Ann lives in Paris"
-                    ],
-                )
-                for i, item in enumerate(prompt.inputs["facts"], 1)
-            ]
-        )
-
-    memory = Memory(
-        embedder=HashEmbedder(dim=32),
-        llm=ScriptedLLM(handler=handler),
-        clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC), tick=timedelta(minutes=1)),
-        ontology=Ontology(relations={"LIVES_IN": RelationType(single_valued=True)}),
-        config=MemoryConfig(llm_policy=LLMPolicy(backoff_initial=0.0), communities=None, related_min_similarity=-1.0),
+    memory = _said_as_json(
+        lambda relation, fact: relation == "MOVED_TO" and fact == "Ann lives in Paris", tick=timedelta(minutes=1)
     )
     said = [
         ("LIVES_IN", "Paris", "Ann lives in Paris", "2014-01-01T00:00:00Z"),

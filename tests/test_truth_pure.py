@@ -7,6 +7,7 @@ import enum
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from helpers_truth import state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, model_validator
@@ -165,11 +166,7 @@ def test_verdicts_carry_over_within_a_statement() -> None:
 def _changed(before: list[Fact], after: dict[str, Fact]) -> dict[str, tuple[object, ...]]:
     """What history() changed, fact by fact (it gives back the others as the same objects)."""
     given = {f.id: f for f in before}
-    return {
-        i: (f.invalid_at, f.invalidated_by, f.prior_invalid_at, f.expired_at, f.attributes)
-        for i, f in after.items()
-        if f is not given[i]
-    }
+    return {i: state(f) for i, f in after.items() if f is not given[i]}
 
 
 def _holds(fact: Fact, at: datetime) -> bool:
@@ -207,9 +204,7 @@ def test_a_value_coming_last_ends_in_its_slot_what_the_whole_history_would(
     )
     if fast is not None:
         expected = _changed([*stored, new], settled(*stored, new))
-        assert {
-            i: (f.invalid_at, f.invalidated_by, f.prior_invalid_at, f.expired_at, f.attributes) for i, f in fast.items()
-        } == expected
+        assert {i: state(f) for i, f in fast.items()} == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -236,9 +231,7 @@ def test_a_statement_said_again_last_is_settled_from_its_facts_as_the_whole_hist
     )
     if fast is not None:
         expected = _changed([*stored, new], settled(*stored, new))
-        assert {
-            i: (f.invalid_at, f.invalidated_by, f.prior_invalid_at, f.expired_at, f.attributes) for i, f in fast.items()
-        } == expected
+        assert {i: state(f) for i, f in fast.items()} == expected
         assert [f.invalidated_by for f in fast.values()] == [h.id for h in holding]  # restated, or holds
 
 

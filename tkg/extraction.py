@@ -679,9 +679,9 @@ class EpisodePlanner:
         if single(new.relation):
             return self._ended_in_slot(new, plan)
         key = invalidation.statement_key(new)
-        stored = self._between([(new.source_id, new.target_id)])
-        if any(invalidation.statement_key(f) == key for f in stored):
-            return self._restated_last(new, [f for f in stored if invalidation.statement_key(f) == key], plan)
+        said = [f for f in self._between([(new.source_id, new.target_id)]) if invalidation.statement_key(f) == key]
+        if said:
+            return self._restated_last(new, said, plan)
         if not invalidation.may_end_last(new, single):
             return None
         if any(f.id != new.id and invalidation.statement_key(f) == key for f in plan.facts.values()):
