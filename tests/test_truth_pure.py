@@ -20,6 +20,7 @@ from tkg.models import Entity, Fact, Mention, Verdict
 from tkg.ontology import Ontology, RelationType
 from tkg.profiles import ALSO_NAMED, fold, merge_summary
 from tkg.resolution import is_weak, judge
+from tkg.revisions import Revision, revisions_of, with_revisions
 from tkg.temporal import resolve_time
 from tkg.timeutil import to_utc
 
@@ -276,6 +277,27 @@ def test_settling_from_the_slot_or_the_statement_gives_way_to_the_whole_history(
         (dataclasses.replace(again, relation="LIVES_IN"), stored, []),
     ]:
         assert invalidation.restated_last(new, facts, judges, LIVES_IN_ONCE, NOW) is None
+
+
+def test_ending_from_the_contradicted_facts_gives_way_when_a_revision_names_a_fact_outside_them() -> None:
+    """ended_by_last settles the facts a new one contradicts from them alone; a revision of one of them (an earlier
+    supersession) whose cause is none of the facts it was given may name a fact no longer linked to it (what linked
+    them was removed): the whole history drops such a revision, so the sweep is left to it. A revision by a fact it
+    was given is kept, as the whole history keeps it."""
+    tea = fact("t", "ann", "LIKES", "tea", day(2010))
+    once = fact("o", "ann", "DISLIKES", "tea", day(2008), day(2009))  # contradicted too, long over
+    hates = dataclasses.replace(
+        fact("n", "ann", "HATES", "tea", day(2018)), verdicts={"t": Verdict.CONTRADICTS, "o": Verdict.CONTRADICTS}
+    )
+    said = {f.id: (f.valid_at or day(2000), f.created_at) for f in (tea, once, hates)}
+    for cause, kept in (("gone", False), ("o", True)):
+        revised = dataclasses.replace(
+            tea, attributes=with_revisions({}, [Revision(day(2015), cause, day(2020), day(2021))])
+        )
+        whole = settled(revised, once, hates)
+        assert bool(revisions_of(whole["t"])) is kept
+        fast = invalidation.ended_by_last(hates, [revised, once], {}, said, LIVES_IN_ONCE, NOW)
+        assert (fast is None) if not kept else (fast == {"t": whole["t"]})
 
 
 def test_candidates_share_the_pair_or_an_endpoint_and_the_relation_and_overlap() -> None:
