@@ -127,7 +127,8 @@ def run(
         if i + 1 in sizes:
             window = engine_ms[-block:]
             user = memory.find_entities("User", group_ids=["user"])[0]
-            degree = len(memory.facts_about(user.id, include_invalidated=True))
+            every = memory.facts_about(user.id, include_invalidated=True)
+            degree = len(every)
             holding = sum(f.relation == "LIVES_IN" for f in memory.facts_about(user.id, include_invalidated=False))
             found = recall(store, embedder, user.id, random.Random(seed + i), 3 * last)
             row = {
@@ -139,6 +140,7 @@ def run(
                 "block": len(window),
                 "recall_same": found["same"],
                 "recall_other": found["other"],
+                "verdicts": sum(len(f.verdicts) for f in every),
                 **({"holding": holding} if variant in CHANGING else {}),
             }
             rows.append(row)
@@ -146,6 +148,7 @@ def run(
                 f"{i + 1:>7,} episodes, user entity in {degree:,} facts: engine p50 {row['p50_ms']:.2f} ms, "
                 f"p95 {row['p95_ms']:.2f} ms, max {row['max_ms']:.2f} ms (last {len(window)} episodes); "
                 f"recall@{RECALL_K} {found['same']:.3f} (same relation), {found['other']:.3f} (others)"
+                + f"; verdicts held: {row['verdicts']:,}"
                 + (f"; LIVES_IN values holding: {holding}" if variant in CHANGING else ""),
                 flush=True,
             )
@@ -171,6 +174,7 @@ def contract(
                     "engine max ms",
                     f"recall@{RECALL_K} same relation",
                     f"recall@{RECALL_K} other relations",
+                    "verdicts held",
                     *(["LIVES_IN values holding"] if variant in CHANGING else []),
                 ],
                 "rows": [
@@ -182,6 +186,7 @@ def contract(
                         r["max_ms"],
                         r.get("recall_same"),
                         r.get("recall_other"),
+                        r.get("verdicts"),
                         *([r.get("holding")] if variant in CHANGING else []),
                     ]
                     for r in rows
@@ -192,6 +197,7 @@ def contract(
                     f"recall@{RECALL_K}: Store.closest_facts around the user against the exact answer, mean of "
                     f"{RECALL_QUERIES} new sentences (a fact counts when its exact score reaches the exact "
                     f"{RECALL_K}th best); the planner's first read is {RECALL_K} facts",
+                    "verdicts held: the LLM's verdicts (Fact.verdicts) held by the user's facts, superseded ones too",
                     *(
                         ["LIVES_IN values holding: the user's current LIVES_IN facts at that size (one is right)"]
                         if variant in CHANGING

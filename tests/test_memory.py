@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ from tkg import (
 )
 from tkg.errors import ConfigurationError
 from tkg.llm.base import Prompt
+from tkg.models import Verdict
 from tkg.ontology import Ontology, RelationType
+from tkg.storage import Store
 from tkg.timeline import Filters
 
 
@@ -445,6 +448,42 @@ def test_a_statement_restated_in_every_episode_costs_the_same_reads_at_its_tenth
     assert len(facts) == 40  # each restatement is a fact, all but the first superseded by it
     assert sum(f.invalidated_by is None for f in facts) == 1
     assert reads[40] == reads[10], (reads[10], reads[40])
+
+
+def test_a_statement_judged_beside_another_is_not_asked_about_again_and_holds_one_verdict(
+    make_store: Callable[[int], Store],
+) -> None:
+    """ "I KNOWS Bob" said five times, then "I KNOWS Carol": the LLM is shown Bob's statement (one restatement of
+    it) and judges the two compatible. That verdict names the fact shown, not all five (kept on every restatement,
+    a statement said N times held N verdicts for each fact judged beside it, read again at each restatement). Then
+    Bob again, and Carol again: neither is asked about the other's statement, not even the Carol restatement,
+    which meets the Bob fact said after Carol was judged (an earlier planner asked about it)."""
+    llm = RulesLLM()
+    memory = Memory(
+        make_store(64),
+        embedder=HashEmbedder(dim=64),
+        llm=llm,
+        clock=FixedClock(T),
+        config=MemoryConfig(communities=None),
+    )
+    start = datetime(2024, 6, 1, tzinfo=UTC)
+    said = ["Bob"] * 5 + ["Carol", "Bob", "Carol"]
+    shown: list[list[str]] = []
+    for i, who in enumerate(said):
+        llm.calls.clear()
+        memory.add_episode(f"User: I KNOWS {who}.", group_id="me", reference_time=start + timedelta(hours=i))
+        shown.append(
+            [c["fact"] for p in llm.calls for item in p.inputs.get("facts", []) for c in item.get("candidates", [])]
+        )
+    assert shown[5] == ["User knows Bob"]  # Carol, first said: judged against Bob's statement, shown once
+    assert shown[6] == [] and shown[7] == []  # Bob again, Carol again: each statement known to the other
+    (user,) = memory.find_entities("User", group_ids=["me"])
+    every = memory.facts_about(user.id, include_invalidated=True)
+    bobs = {f.id for f in every if f.fact == "User knows Bob"}
+    carols = [f for f in every if f.fact == "User knows Carol"]
+    assert len(bobs) == 6 and len(carols) == 2
+    assert [len(bobs.intersection(f.verdicts)) for f in carols] == [1, 0]  # one verdict, on the fact shown
+    assert all(v is Verdict.COMPATIBLE for f in carols for v in f.verdicts.values())
 
 
 def test_an_episode_reads_the_facts_between_its_pairs_in_one_call_and_never_for_a_new_entity():

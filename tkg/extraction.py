@@ -158,7 +158,9 @@ class EpisodePlanner:
         earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
         episode said both). A contradiction or a duplicate is copied onto the new fact, so that it holds even once
         the restatement it came from is removed (exactly what a consistent LLM, asked again, would say);
-        "compatible" is what no verdict means, so it needs no copy.
+        "compatible" is what no verdict means, so it needs no copy. Nor is it asked again about a statement one of
+        whose facts was judged against one of the earlier restatements (a verdict names the fact that was shown,
+        "compatible" that one only), whichever of that statement's facts it meets now.
 
         Nothing here reads all the facts of an entity: the candidates are the facts between the two ends, the
         closest facts of the same relation (read closest first until the shown statements are certain), the
@@ -204,6 +206,9 @@ class EpisodePlanner:
                 and not (single and old.relation == probe.relation)  # a single-valued relation: the ontology decides
             )
 
+        # A statement one of whose facts was judged against (or judged) a restatement is not asked about again,
+        # whichever of its facts is met: a verdict names the one fact that was shown.
+        judged_statements = {invalidation.statement_key(f) for f in judged.values()}
         inherited: dict[str, Verdict] = {}
         for old in judged.values():
             if not concerns(old):
@@ -221,8 +226,10 @@ class EpisodePlanner:
                 if old.id in seen:
                     continue
                 seen.add(old.id)
-                if old.id not in known and concerns(old) and not together.intersection(old.episodes):
-                    statements.setdefault(invalidation.statement_key(old), []).append(old)
+                if old.id in known or (said := invalidation.statement_key(old)) in judged_statements:
+                    continue
+                if concerns(old) and not together.intersection(old.episodes):
+                    statements.setdefault(said, []).append(old)
 
         take(paired)
         take(list(related.values()))
@@ -555,8 +562,14 @@ class EpisodePlanner:
                 duplicate = numbers.get(decision.duplicate_of) if decision.duplicate_of is not None else None
                 if duplicate in allowed:
                     shown[duplicate] = Verdict.SAME  # type: ignore[index]
+            # A duplicate or a contradiction holds against every restatement of the statement shown (each is a
+            # link of the history); "compatible" is kept against the fact shown only: it links nothing, and only
+            # tells later restatements of either statement that the pair was judged (see _undecided). Kept on
+            # every restatement, a statement said N times held N of them for each fact judged beside it.
             out[questions.fact_index[number - 1]] = {
-                member: verdict for fid, verdict in shown.items() for member in self.members.get(fid, [fid])
+                member: verdict
+                for fid, verdict in shown.items()
+                for member in (self.members.get(fid, [fid]) if verdict is not Verdict.COMPATIBLE else [fid])
             }
         return out
 
