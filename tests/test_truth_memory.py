@@ -943,3 +943,50 @@ def test_a_value_settled_from_its_slot_gives_way_to_a_verdict_on_a_fact_of_the_s
             again.id,
         )
     assert again.invalid_at is None
+
+
+@pytest.mark.parametrize("removed", [1, 2], ids=["the-fact-judged", "the-restatement-judged"])
+def test_a_statement_not_asked_about_again_keeps_its_verdict_once_the_judged_facts_are_removed(removed: int) -> None:
+    """ "Ann likes tea" (2010-2011), "Ann hates tea" (2010-2011: judged to contradict it), "Ann likes tea" again (since
+    2015: it overlaps neither of the first two, so it inherits no verdict), then "Ann hates tea" again (since 2016).
+    The last is not asked about "likes tea" (its first saying was judged against that statement): it takes the
+    verdict as its own copy on the restatement it meets, so removing the first "likes" or the first "hates" leaves
+    the history a memory that never had it has -- the second "likes" ends in 2016 -- instead of both holding (from
+    a differential fuzzer of the review)."""
+    said = [
+        ("LIKES", "Ann likes tea", "2010-01-01T00:00:00Z", "2011-01-01T00:00:00Z"),
+        ("HATES", "Ann hates tea", "2010-01-01T00:00:00Z", "2011-01-01T00:00:00Z"),
+        ("LIKES", "Ann likes tea", "2015-01-01T00:00:00Z", None),
+        ("HATES", "Ann hates tea", "2016-01-01T00:00:00Z", None),
+    ]
+
+    def history(skipped: int | None) -> tuple[Memory, list[str]]:
+        memory = _said_as_json(
+            lambda relation, fact: {relation, fact} in ({"LIKES", "Ann hates tea"}, {"HATES", "Ann likes tea"})
+        )
+        episodes = []
+        for day, (relation, sentence, start, end) in enumerate(said):
+            if day == skipped:
+                continue
+            fact = dict(source="Ann", target="tea", relation=relation, fact=sentence, valid_from=start, valid_until=end)
+            episode = memory.add_episode(
+                json.dumps([fact]), reference_time=datetime(2024, 1, day + 1, tzinfo=UTC), group_id="g"
+            )
+            episodes.append(episode.episode.id)
+        return memory, episodes
+
+    def state(memory: Memory) -> list[tuple[Any, ...]]:
+        every = {f.id: f for f in memory.get_all("g", include_invalidated=True)}
+        return sorted(
+            (f.fact, f.valid_at, f.invalid_at, every[f.invalidated_by].valid_at if f.invalidated_by else None)
+            for f in every.values()
+        )
+
+    memory, episodes = history(None)
+    memory.remove_episode(episodes[removed - 1])
+    never, _ = history(removed - 1)
+    assert state(memory) == state(never)
+    liked = next(
+        f for f in memory.get_all("g", include_invalidated=True) if f.valid_at == datetime(2015, 1, 1, tzinfo=UTC)
+    )
+    assert liked.invalid_at == datetime(2016, 1, 1, tzinfo=UTC)

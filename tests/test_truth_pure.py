@@ -282,8 +282,8 @@ def test_settling_from_the_slot_or_the_statement_gives_way_to_the_whole_history(
 def test_ending_from_the_contradicted_facts_gives_way_when_a_revision_names_a_fact_outside_them() -> None:
     """ended_by_last settles the facts a new one contradicts from them alone; a revision of one of them (an earlier
     supersession) whose cause is none of the facts it was given may name a fact no longer linked to it (what linked
-    them was removed): the whole history drops such a revision, so the sweep is left to it. A revision by a fact it
-    was given is kept, as the whole history keeps it."""
+    them was removed): the whole history drops such a revision, whether or not the new fact ends the fact holding
+    it, so the sweep is left to it. A revision by a fact it was given is kept, as the whole history keeps it."""
     tea = fact("t", "ann", "LIKES", "tea", day(2010))
     once = fact("o", "ann", "DISLIKES", "tea", day(2008), day(2009))  # contradicted too, long over
     hates = dataclasses.replace(
@@ -298,6 +298,12 @@ def test_ending_from_the_contradicted_facts_gives_way_when_a_revision_names_a_fa
         assert bool(revisions_of(whole["t"])) is kept
         fast = invalidation.ended_by_last(hates, [revised, once], {}, said, LIVES_IN_ONCE, NOW)
         assert (fast is None) if not kept else (fast == {"t": whole["t"]})
+    # the same revision on a contradicted fact the new one does not end (over before it starts)
+    over = dataclasses.replace(
+        once, attributes=with_revisions({}, [Revision(day(2008, 6), "gone", day(2020), day(2021))])
+    )
+    assert not revisions_of(settled(tea, over, hates)["o"])
+    assert invalidation.ended_by_last(hates, [tea, over], {}, said, LIVES_IN_ONCE, NOW) is None
 
 
 def test_candidates_share_the_pair_or_an_endpoint_and_the_relation_and_overlap() -> None:

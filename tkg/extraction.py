@@ -206,17 +206,27 @@ class EpisodePlanner:
                 and not (single and old.relation == probe.relation)  # a single-valued relation: the ontology decides
             )
 
-        # A statement one of whose facts was judged against (or judged) a restatement is not asked about again,
-        # whichever of its facts is met: a verdict names the one fact that was shown.
-        judged_statements = {invalidation.statement_key(f) for f in judged.values()}
-        inherited: dict[str, Verdict] = {}
+        # A verdict holds for the whole statement: the strongest carried on any of its facts. A statement one of
+        # whose facts was judged against (or judged) a restatement is not asked about again, whichever of its facts
+        # is met ("compatible" names the one fact that was shown); a fact of it that concerns the new one takes its
+        # verdict as its own copy, as if asked (so that it holds once the facts it was carried on are removed).
+        judged_statements: dict[tuple[str, ...], Verdict] = {}
         for old in judged.values():
-            if not concerns(old):
-                continue
+            said = invalidation.statement_key(old)
             carried = [v for m in known[old.id] if (v := invalidation.verdict_between(m, old)) is not None]
-            strongest = min(carried, key=_STRENGTH.index)
-            if strongest is not Verdict.COMPATIBLE:  # "compatible" is what no verdict means: not copied
-                inherited[old.id] = strongest
+            judged_statements[said] = min(
+                [*carried, judged_statements.get(said, Verdict.COMPATIBLE)], key=_STRENGTH.index
+            )
+        inherited: dict[str, Verdict] = {}
+
+        def inherit(old: Fact, said: tuple[str, ...]) -> None:
+            verdict = judged_statements[said]
+            if verdict is not Verdict.COMPATIBLE:  # "compatible" is what no verdict means: not copied
+                inherited[old.id] = verdict
+
+        for old in judged.values():
+            if concerns(old):
+                inherit(old, invalidation.statement_key(old))
         # One question per statement (restatements share the verdict), the closest statements first.
         statements: dict[tuple[str, ...], list[Fact]] = {}
         seen: set[str] = set()
@@ -226,9 +236,12 @@ class EpisodePlanner:
                 if old.id in seen:
                     continue
                 seen.add(old.id)
-                if old.id in known or (said := invalidation.statement_key(old)) in judged_statements:
+                if old.id in known or not concerns(old) or together.intersection(old.episodes):
                     continue
-                if concerns(old) and not together.intersection(old.episodes):
+                said = invalidation.statement_key(old)
+                if said in judged_statements:
+                    inherit(old, said)
+                else:
                     statements.setdefault(said, []).append(old)
 
         take(paired)

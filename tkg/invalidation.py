@@ -357,7 +357,7 @@ def ended_by_last(
     contradicted facts that hold at its start (no other fact conflicts with a statement of its own). Applies when
     ``new`` has a start, a relation that is not single-valued, only "contradicts" verdicts, and a statement of its
     own; each fact that ended a contradicted one has a start (one without keeps the fact it ended holding for a
-    while, in the sweep); each revision of a fact it ends was caused by one of these facts."""
+    while, in the sweep); each revision of these facts was caused by one of them."""
     if not may_end_last(new, single_valued):
         return None
     if any(single_valued(f.relation) for f in contradicted):
@@ -380,16 +380,17 @@ def ended_by_last(
     start = new.valid_at
     assert start is not None  # may_end_last
     # The facts known to be linked: a revision by another fact may name one no longer linked (what linked them was
-    # removed), which the whole history would drop.
+    # removed), which the whole history would drop, whether or not ``new`` ends the fact that holds it.
     present = {f.id for f in facts} | enders.keys()
+    for fact in [*contradicted, *enders.values()]:
+        if fact.attributes and any(r.invalidated_by not in present for r in revisions_of(fact)):
+            return None
     changed: dict[str, Fact] = {}
     for fact in contradicted:
         end = own_end(fact)
         if fact.invalidated_by is not None or (classes.find(fact.id), mine) not in conflicts:
             continue
         if _holds_at(fact, end, start) and _ends_at_or_after(end, start):
-            if any(r.invalidated_by not in present for r in revisions_of(fact)):
-                return None
             changed[fact.id] = _settled(fact, end, (start, new.id), now, present, frozenset())
     return changed
 
