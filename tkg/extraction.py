@@ -160,7 +160,8 @@ class EpisodePlanner:
         the restatement it came from is removed (exactly what a consistent LLM, asked again, would say);
         "compatible" is what no verdict means, so it needs no copy. Nor is it asked again about a statement one of
         whose facts was judged against one of the earlier restatements (a verdict names the fact that was shown,
-        "compatible" that one only), whichever of that statement's facts it meets now.
+        "compatible" that one only), whichever of that statement's facts it meets now: the statement's strongest
+        verdict is copied onto each fact of it met that concerns the new one, as above.
 
         Nothing here reads all the facts of an entity: the candidates are the facts between the two ends, the
         closest facts of the same relation (read closest first until the shown statements are certain), the
