@@ -865,3 +865,33 @@ def test_any_arrival_order_of_messages_saying_several_things_gives_the_same_hist
         return
     never, _ = run([i for i in range(len(items)) if i != gone])
     assert canonical(in_order) == canonical(never)
+
+
+def test_two_facts_of_one_message_shown_one_statement_each_keep_the_verdict_on_what_concerns_them(
+    make_store: Callable[[int], Store],
+) -> None:
+    """ "Ann moved to Paris" said for 2011 only, then since 2010; then one message: Ann lives in Rome since 2010 and
+    in Paris since 2012. Both new facts are shown the "moved to Paris" statement; Rome's contradiction must hold
+    against both of its facts (both overlap Rome), though Paris-since-2012 concerns only the one since 2010. The
+    facts a verdict applies to were kept per shown fact for the whole episode, so the second new fact's list
+    replaced the first's: Rome's verdict named only the 2010 saying, and removing that message left Rome holding
+    until 2012 where never adding it ends Rome in 2011 (found by the property test above in CI)."""
+    history = [
+        ("Ann", [("MOVED_TO", "Paris", 2011, 0)], 0),
+        ("Ann", [("MOVED_TO", "Paris", 2010, None)], 0),
+        ("Ann", [("LIVES_IN", "Rome", 2010, None), ("LIVES_IN", "Paris", 2012, None)], 0),
+    ]
+    items = [together_message(said) for said in history]
+
+    def run(order: Sequence[int]) -> tuple[Memory, list[str]]:
+        memory = new_memory(make_store(EMB.dim))
+        return memory, [
+            memory.add_episode(items[i][0], reference_time=items[i][1], group_id="g").episode.id for i in order
+        ]
+
+    removed, ids = run(range(3))
+    removed.remove_episode(ids[1])
+    never, _ = run([0, 2])
+    assert canonical(removed) == canonical(never)
+    rome = next(f for f in never.get_all("g", include_invalidated=True) if f.fact.lower() == "ann lives in rome")
+    assert rome.invalid_at == datetime(2011, 1, 1, tzinfo=UTC)

@@ -123,8 +123,10 @@ class EpisodePlanner:
         self._new: set[str] = set()  # ids of the entities this plan creates: no stored fact touches them
         self._slots: dict[tuple[str, str], list[Fact]] = {}
         self._times: dict[str, datetime] = {}
-        #: Each fact shown to the LLM -> every fact of its statement (the verdict applies to all of them).
-        self.members: dict[str, list[str]] = {}
+        #: For each draft fact asked about (by index), each fact shown to the LLM -> the facts of its statement
+        #: that concern that new fact (a duplicate or a contradiction applies to all of them). Per new fact: two
+        #: facts of one episode shown the same statement may each concern different facts of it.
+        self.members: dict[int, dict[str, list[str]]] = {}
 
     # -- phase 1 --------------------------------------------------------------------------------------------
     def questions(self, draft: Draft) -> Questions:
@@ -139,7 +141,8 @@ class EpisodePlanner:
             sources = {i for i in ends[0] if i}
             targets = {i for i in ends[1] if i}
             probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
-            undecided, inherited = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1)
+            undecided, inherited, members = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1)
+            self.members[index] = members
             if inherited:
                 out.inherited[index] = inherited
             if undecided:
@@ -149,10 +152,11 @@ class EpisodePlanner:
 
     def _undecided(
         self, probe: Fact, sources: set[str], targets: set[str], resolved: bool
-    ) -> tuple[list[Fact], dict[str, Verdict]]:
+    ) -> tuple[list[Fact], dict[str, Verdict], dict[str, list[str]]]:
         """The facts the LLM must judge against a new one (``probe``, whose ends may be any of ``sources`` x
         ``targets``): those that may concern it (superseded ones included) and that neither the sentence nor the
-        ontology decides, the closest first, bounded; and the verdicts the new fact inherits instead of asking.
+        ontology decides, the closest first, bounded; the verdicts the new fact inherits instead of asking; and for
+        each fact shown, the facts of its statement that concern the new one.
 
         A verbatim restatement inherits what is known of the statement it repeats: the verdicts given on its
         earlier restatements, and "compatible" for the facts stated in the same episode as one of them (one
@@ -250,8 +254,8 @@ class EpisodePlanner:
         if not single:
             self._same_relation(probe, sorted(near), statements, seen, take, first)
         shown = self._closest(probe.fact, list(statements.values()))
-        self.members.update({f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown})
-        return shown, inherited
+        members = {f.id: [m.id for m in statements[invalidation.statement_key(f)]] for f in shown}
+        return shown, inherited, members
 
     def _first_reads(
         self, probe: Fact, near: list[str], single: bool, pairs: list[tuple[str, str]]
@@ -580,10 +584,12 @@ class EpisodePlanner:
             # link of the history); "compatible" is kept against the fact shown only: it links nothing, and only
             # tells later restatements of either statement that the pair was judged (see _undecided). Kept on
             # every restatement, a statement said N times held N of them for each fact judged beside it.
-            out[questions.fact_index[number - 1]] = {
+            index = questions.fact_index[number - 1]
+            members = self.members.get(index, {})
+            out[index] = {
                 member: verdict
                 for fid, verdict in shown.items()
-                for member in (self.members.get(fid, [fid]) if verdict is not Verdict.COMPATIBLE else [fid])
+                for member in (members.get(fid, [fid]) if verdict is not Verdict.COMPATIBLE else [fid])
             }
         return out
 
