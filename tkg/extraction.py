@@ -91,6 +91,10 @@ class Questions:
     facts: list[OpenFact] = field(default_factory=list)
     #: Draft fact index of each open fact (same order as ``facts``).
     fact_index: list[int] = field(default_factory=list)
+    #: For each open fact (same order as ``facts``), each fact shown -> the facts of its statement that concern that
+    #: open fact (a duplicate or a contradiction applies to all of them; two facts of one episode shown the same
+    #: statement may each concern different facts of it).
+    members: list[dict[str, list[str]]] = field(default_factory=list)
     #: Verdicts a draft fact (by index) inherits from the statement it restates, without asking.
     inherited: dict[int, dict[str, Verdict]] = field(default_factory=dict)
 
@@ -123,10 +127,6 @@ class EpisodePlanner:
         self._new: set[str] = set()  # ids of the entities this plan creates: no stored fact touches them
         self._slots: dict[tuple[str, str], list[Fact]] = {}
         self._times: dict[str, datetime] = {}
-        #: For each draft fact asked about (by index), each fact shown to the LLM -> the facts of its statement
-        #: that concern that new fact (a duplicate or a contradiction applies to all of them). Per new fact: two
-        #: facts of one episode shown the same statement may each concern different facts of it.
-        self.members: dict[int, dict[str, list[str]]] = {}
 
     # -- phase 1 --------------------------------------------------------------------------------------------
     def questions(self, draft: Draft) -> Questions:
@@ -142,12 +142,12 @@ class EpisodePlanner:
             targets = {i for i in ends[1] if i}
             probe = self._probe(item.relation, item.sentence, item.valid_at, item.invalid_at)
             undecided, inherited, members = self._undecided(probe, sources, targets, len(ends[0]) == len(ends[1]) == 1)
-            self.members[index] = members
             if inherited:
                 out.inherited[index] = inherited
             if undecided:
                 out.facts.append(OpenFact(probe, item.source, item.target, undecided))
                 out.fact_index.append(index)
+                out.members.append(members)
         return out
 
     def _undecided(
@@ -216,8 +216,8 @@ class EpisodePlanner:
         # is met ("compatible" names the one fact that was shown); a fact of it that concerns the new one takes its
         # verdict as its own copy, as if asked (so that it holds once the facts it was carried on are removed).
         judged_statements: dict[tuple[str, ...], Verdict] = {}
-        for old in judged.values():
-            said = invalidation.statement_key(old)
+        keyed = [(old, invalidation.statement_key(old)) for old in judged.values()]
+        for old, said in keyed:
             carried = [v for m in known[old.id] if (v := invalidation.verdict_between(m, old)) is not None]
             judged_statements[said] = min(
                 [*carried, judged_statements.get(said, Verdict.COMPATIBLE)], key=_STRENGTH.index
@@ -229,9 +229,9 @@ class EpisodePlanner:
             if verdict is not Verdict.COMPATIBLE:  # "compatible" is what no verdict means: not copied
                 inherited[old.id] = verdict
 
-        for old in judged.values():
+        for old, said in keyed:
             if concerns(old):
-                inherit(old, invalidation.statement_key(old))
+                inherit(old, said)
         # One question per statement (restatements share the verdict), the closest statements first.
         statements: dict[tuple[str, ...], list[Fact]] = {}
         seen: set[str] = set()
@@ -584,9 +584,8 @@ class EpisodePlanner:
             # link of the history); "compatible" is kept against the fact shown only: it links nothing, and only
             # tells later restatements of either statement that the pair was judged (see _undecided). Kept on
             # every restatement, a statement said N times held N of them for each fact judged beside it.
-            index = questions.fact_index[number - 1]
-            members = self.members.get(index, {})
-            out[index] = {
+            members = questions.members[number - 1]
+            out[questions.fact_index[number - 1]] = {
                 member: verdict
                 for fid, verdict in shown.items()
                 for member in (members.get(fid, [fid]) if verdict is not Verdict.COMPATIBLE else [fid])

@@ -382,9 +382,8 @@ def ended_by_last(
     # The facts known to be linked: a revision by another fact may name one no longer linked (what linked them was
     # removed), which the whole history would drop, whether or not ``new`` ends the fact that holds it.
     present = {f.id for f in facts} | enders.keys()
-    for fact in [*contradicted, *enders.values()]:
-        if fact.attributes and any(r.invalidated_by not in present for r in revisions_of(fact)):
-            return None
+    if not all(_revised_within(f, present) for f in [*contradicted, *enders.values()]):
+        return None
     changed: dict[str, Fact] = {}
     for fact in contradicted:
         end = own_end(fact)
@@ -485,6 +484,12 @@ def _settled_within(fact: Fact, ids: Set[str], present: Set[str]) -> bool:
         return False
     if fact.invalidated_by is not None and fact.invalidated_by not in ids:
         return False
+    return _revised_within(fact, present)
+
+
+def _revised_within(fact: Fact, present: Set[str]) -> bool:
+    """Are the causes of ``fact``'s revisions all ``present``? (A revision by a fact no longer linked to it is one
+    :func:`history` drops.)"""
     return not fact.attributes or all(r.invalidated_by in present for r in revisions_of(fact))
 
 
