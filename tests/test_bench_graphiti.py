@@ -177,7 +177,7 @@ def test_edge_judgement_matches_rules_llm() -> None:
     ]
     facts = [{"fact": rome, "relation": "LIVES_IN", "source": "Ann", "target": "Rome", "candidates": candidates}]
     verdict = RulesLLM().generate(Prompt("resolve", "", "", {"names": [], "facts": facts}), Resolution).facts[0]
-    assert (verdict.duplicate_of, verdict.contradicts) == (2, [1])
+    assert (verdict.duplicates, verdict.contradicts) == ([2], [1])
     # a duplicate only among the invalidation candidates is not one for Graphiti
     only_later = prompt.replace(f"'idx': 1, 'fact': '{rome}'", "'idx': 1, 'fact': 'Ann talked about Bob'")
     assert rules.answer("EdgeDuplicate", only_later)["duplicate_facts"] == []

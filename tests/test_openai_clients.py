@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 from fake_openai_server import FakeOpenAIServer, default_embed
+from pydantic import ValidationError as PydanticValidationError
 
 from tkg.embedders.base import Embedder
 from tkg.embedders.openai import OpenAIEmbedder
 from tkg.errors import EmbeddingError, LLMError, TkgError, ValidationError
 from tkg.llm.base import LLMClient, Prompt
 from tkg.llm.openai import OpenAILLM
-from tkg.llm.schema import GraphExtraction
+from tkg.llm.schema import FactDecision, GraphExtraction, Resolution
 
 PROMPT = Prompt("extract_graph", "You extract entities and facts.", "Alice: I moved to Denver last month.")
 
@@ -89,6 +90,31 @@ def test_tools_mode_returns_validated_model_and_sends_schema_as_tool(server: Fak
     schema = GraphExtraction.model_json_schema()
     assert parameters["properties"] == schema["properties"]
     assert parameters["$defs"] == schema["$defs"]
+
+
+@pytest.mark.parametrize(
+    ("decision", "duplicates"),
+    [
+        ({"new": 1, "duplicates": [2, 3], "contradicts": [1]}, [2, 3]),
+        ({"new": 1, "duplicate_of": 2, "contradicts": [1]}, [2]),  # the earlier form of the answer
+        ({"new": 1, "duplicate_of": None}, []),
+    ],
+)
+def test_a_resolution_names_every_duplicate_and_an_answer_in_the_one_duplicate_form_is_still_read(
+    decision: dict[str, Any], duplicates: list[int]
+) -> None:
+    with FakeOpenAIServer(chat=lambda request: {"reasoning": "", "facts": [decision]}) as srv:
+        result = llm_for(srv, mode="tools").generate(PROMPT, Resolution)
+        (request,) = chat_requests(srv)
+    assert result.facts == [FactDecision(new=1, duplicates=duplicates, contradicts=decision.get("contradicts", []))]
+    # the schema sent asks for a list of duplicates; the one-number form is read, not asked for
+    sent = request["tools"][0]["function"]["parameters"]["$defs"]["FactDecision"]["properties"]
+    assert sent["duplicates"]["type"] == "array" and "duplicate_of" not in sent
+
+
+def test_an_answer_giving_both_forms_of_duplicates_is_invalid() -> None:
+    with pytest.raises(PydanticValidationError, match="not both"):
+        FactDecision.model_validate({"new": 1, "duplicates": [2], "duplicate_of": 3})
 
 
 @pytest.mark.parametrize("mode", ["json", "json_schema", "md_json"])

@@ -326,9 +326,7 @@ def test_episode_mentions_counts_every_saying_of_a_statement() -> None:
             said = extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
             return GraphExtraction.model_validate_json(said.model_dump_json().replace('"tennis weekly"', '"tennis"'))
         decisions = [
-            FactDecision(
-                new=n, duplicate_of=next((c["number"] for c in item["candidates"] if "tennis" in c["fact"]), None)
-            )
+            FactDecision(new=n, duplicates=[c["number"] for c in item["candidates"] if "tennis" in c["fact"]][:1])
             for n, item in enumerate(prompt.inputs.get("facts", []), start=1)
         ]
         return Resolution(facts=decisions)

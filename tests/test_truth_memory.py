@@ -990,3 +990,84 @@ def test_a_statement_not_asked_about_again_keeps_its_verdict_once_the_judged_fac
         f for f in memory.get_all("g", include_invalidated=True) if f.valid_at == datetime(2015, 1, 1, tzinfo=UTC)
     )
     assert liked.invalid_at == datetime(2016, 1, 1, tzinfo=UTC)
+
+
+def test_a_fact_the_same_as_two_statements_is_linked_to_both_and_a_removal_equals_never_adding() -> None:
+    """ "Ann likes tea" and "Ann enjoys tea" said together (2010-2011: one message said both, so two statements),
+    "Ann loves tea" since 2013 (it overlaps neither: not asked), "Ann loves tea" again since 2010 (shown both,
+    the same as each), then "Ann likes tea" again since 2010. The answer names both duplicates, and the last
+    saying, not asked about "loves" (its statement was judged against "likes" already), takes that verdict as its
+    own copy: removing any one message leaves the history of a memory that never had it. With one duplicate per
+    answer (the old schema's ``duplicate_of``: here "enjoys"), "likes" was left "compatible" with "loves", the
+    last saying was never asked about it, and removing the first or the third message left a history that never
+    adding it does not give (a differential fuzzer, with a judge that finds several candidates the same)."""
+    same = {"Ann likes tea", "Ann enjoys tea", "Ann loves tea"}
+    answers: list[list[str]] = []
+
+    def handler(prompt: Prompt, model: Any) -> Any:
+        if model is GraphExtraction:
+            said = json.loads(str(prompt.inputs["content"]))
+            names = sorted({x for f in said for x in (f["source"], f["target"])})
+            return GraphExtraction(entities=[{"name": n} for n in names], facts=said)
+        decisions = []
+        for i, item in enumerate(prompt.inputs["facts"], 1):
+            named = [c for c in item["candidates"] if item["fact"] in same and c["fact"] in same]
+            answers.append(sorted(c["fact"] for c in named))
+            decisions.append(FactDecision(new=i, duplicates=[c["number"] for c in named]))
+        return Resolution(facts=decisions)
+
+    said = [
+        [("LIKES", "Ann likes tea", 2010, 2011), ("ENJOYS", "Ann enjoys tea", 2010, 2011)],
+        [("LOVES", "Ann loves tea", 2013, None)],
+        [("LOVES", "Ann loves tea", 2010, None)],
+        [("LIKES", "Ann likes tea", 2010, None)],
+    ]
+
+    def history(skipped: int | None) -> tuple[Memory, list[str]]:
+        memory = Memory(
+            embedder=HashEmbedder(dim=32),
+            llm=ScriptedLLM(handler=handler),
+            clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC)),
+            config=MemoryConfig(
+                llm_policy=LLMPolicy(backoff_initial=0.0), communities=None, related_min_similarity=-1.0
+            ),
+        )
+        episodes = []
+        for day, facts in enumerate(said):
+            if day == skipped:
+                continue
+            listed = [
+                dict(
+                    source="Ann",
+                    target="tea",
+                    relation=relation,
+                    fact=sentence,
+                    valid_from=f"{start}-01-01T00:00:00Z",
+                    valid_until=None if end is None else f"{end}-01-01T00:00:00Z",
+                )
+                for relation, sentence, start, end in facts
+            ]
+            episode = memory.add_episode(
+                json.dumps(listed), reference_time=datetime(2024, 1, day + 1, tzinfo=UTC), group_id="g"
+            )
+            episodes.append(episode.episode.id)
+        return memory, episodes
+
+    def state(memory: Memory) -> list[tuple[Any, ...]]:
+        every = {f.id: f for f in memory.get_all("g", include_invalidated=True)}
+        return sorted(
+            (f.fact, str(f.valid_at), str(f.invalid_at), every[f.invalidated_by].fact if f.invalidated_by else "")
+            for f in every.values()
+        )
+
+    memory, episodes = history(None)
+    assert ["Ann enjoys tea", "Ann likes tea"] in answers  # the third message: both named
+    every = memory.get_all("g", include_invalidated=True)
+    loved = next(f for f in every if f.fact == "Ann loves tea" and f.valid_at == datetime(2010, 1, 1, tzinfo=UTC))
+    assert sorted(v.value for v in loved.verdicts.values()) == ["same", "same"]
+    for removed in range(len(said)):
+        answers.clear()
+        memory, episodes = history(None)
+        memory.remove_episode(episodes[removed])
+        never, _ = history(removed)
+        assert state(memory) == state(never), f"removing message {removed + 1}"

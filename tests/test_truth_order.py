@@ -79,15 +79,15 @@ def said_in_order(arrival: Sequence[int], history: Sequence[Statement]) -> list[
 
 def judge(prompt: Prompt, model: Any) -> Any:
     """The LLM double: extraction by tkg's rules; a fact contradicts a candidate of the same person and group
-    with another object, and duplicates one with the same sentence. A pairwise judgement: never order-dependent."""
+    with another object, and duplicates those with the same sentence. A pairwise judgement: never order-dependent."""
     if model is GraphExtraction:
         return extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
     decisions = []
     for number, item in enumerate(prompt.inputs.get("facts", []), start=1):
-        duplicate, contradicts = None, []
+        duplicates, contradicts = [], []
         for c in item["candidates"]:
             if text_key(c["fact"]) == text_key(item["fact"]):
-                duplicate = c["number"]
+                duplicates.append(c["number"])
             elif (
                 c["source"] == item["source"]
                 and GROUPS.get(c["relation"]) is not None
@@ -95,7 +95,7 @@ def judge(prompt: Prompt, model: Any) -> Any:
                 and c["target"] != item["target"]
             ):
                 contradicts.append(c["number"])
-        decisions.append(FactDecision(new=number, duplicate_of=duplicate, contradicts=contradicts))
+        decisions.append(FactDecision(new=number, duplicates=duplicates, contradicts=contradicts))
     return Resolution(facts=decisions)
 
 

@@ -571,15 +571,16 @@ class EpisodePlanner:
             shown: dict[str, Verdict] = dict.fromkeys(sorted(allowed), Verdict.COMPATIBLE)
             decision = decisions.get(number)
             if decision is not None:
-                picked = [numbers.get(n) for n in [decision.duplicate_of, *decision.contradicts] if n is not None]
+                picked = [numbers.get(n) for n in [*decision.duplicates, *decision.contradicts]]
                 if any(p is None or p not in allowed for p in picked):
                     plan.warnings.append(f"the LLM named facts outside F{number}'s candidates; those were ignored")
-                for n in decision.contradicts:
+                # Named both ways, a fact is a duplicate (as it always was with the one duplicate of the old form).
+                for n, verdict in [
+                    *((n, Verdict.CONTRADICTS) for n in decision.contradicts),
+                    *((n, Verdict.SAME) for n in decision.duplicates),
+                ]:
                     if numbers.get(n) in allowed:
-                        shown[numbers[n]] = Verdict.CONTRADICTS
-                duplicate = numbers.get(decision.duplicate_of) if decision.duplicate_of is not None else None
-                if duplicate in allowed:
-                    shown[duplicate] = Verdict.SAME  # type: ignore[index]
+                        shown[numbers[n]] = verdict
             # A duplicate or a contradiction holds against every restatement of the statement shown (each is a
             # link of the history); "compatible" is kept against the fact shown only: it links nothing, and only
             # tells later restatements of either statement that the pair was judged (see _undecided). Kept on

@@ -141,8 +141,8 @@ def resolution_prompt(
     system = (
         "You maintain a knowledge graph. For each NEW ENTITY, say which listed existing entity it is the same "
         "real-world thing as (same_as = the E number), or null if none: only merge names for the same thing, "
-        "not merely similar ones. For each NEW FACT, say which listed existing fact states the same information "
-        "(duplicate_of = the X number) and which listed existing facts cannot be true at the same time as it "
+        "not merely similar ones. For each NEW FACT, say which listed existing facts state the same information "
+        "(duplicates = X numbers) and which listed existing facts cannot be true at the same time as it "
         "(contradicts = X numbers), e.g. a new home, employer or relationship status replacing the old one. "
         "Facts that can hold together (two hobbies, two friends) do not contradict. Write a brief reasoning first. "
         "Leave out items you have nothing to say about."

@@ -207,7 +207,7 @@ class RulesLLM:
                 facts.append(
                     FactDecision(
                         new=i,
-                        duplicate_of=None if duplicate is None else candidates[duplicate]["number"],
+                        duplicates=[] if duplicate is None else [candidates[duplicate]["number"]],
                         contradicts=[candidates[j]["number"] for j in contradicts],
                     )
                 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class ExtractedEntity(BaseModel):
@@ -64,16 +64,32 @@ class EntityDecision(BaseModel):
 
 
 class FactDecision(BaseModel):
-    """How a new fact relates to the existing facts listed with it."""
+    """How a new fact relates to the existing facts listed with it.
+
+    ``duplicates`` lists every existing fact that states the same thing: two listed statements may both be the new
+    fact's, and naming one only would leave the other judged "compatible", which is never asked again. An answer in
+    the earlier form, one ``duplicate_of`` number (or null), is read as a list of that one."""
 
     new: int = Field(description="Number of the NEW FACT (F1 -> 1).")
-    duplicate_of: int | None = Field(
-        default=None, description="Existing fact (X2 -> 2) that states the same thing, or null."
+    duplicates: list[int] = Field(
+        default_factory=list, description="Existing facts (X numbers) that state the same thing as the new fact."
     )
     contradicts: list[int] = Field(
         default_factory=list,
         description="Existing facts (X numbers) that cannot be true at the same time as the new fact.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_duplicate(cls, data: Any) -> Any:
+        """The earlier form: ``duplicate_of`` (a number or null) instead of ``duplicates``."""
+        if isinstance(data, dict) and "duplicate_of" in data:
+            data = dict(data)
+            one = data.pop("duplicate_of")
+            if "duplicates" in data:
+                raise ValueError("give duplicates or duplicate_of, not both")
+            data["duplicates"] = [] if one is None else [one]
+        return data
 
 
 class Resolution(BaseModel):
