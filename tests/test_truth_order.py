@@ -36,9 +36,12 @@ from tkg.storage import Store
 
 PEOPLE = ["Ann", "Bob"]
 OBJECTS = ["Paris", "Rome", "Oslo"]
-RELATIONS = ["LIVES_IN", "MOVED_TO", "WORKS_AT", "LIKES"]
+RELATIONS = ["LIVES_IN", "MOVED_TO", "WORKS_AT", "LIKES", "ENJOYS"]
 #: What the LLM double judges: two facts of one person in the same group, about different objects, contradict.
 GROUPS = {"LIVES_IN": "home", "MOVED_TO": "home", "WORKS_AT": "job"}
+#: ... and two facts of one person and object under these relations are the same ("Ann enjoys Paris" is "Ann likes
+#: Paris"), so that a new fact can be the same as several statements at once.
+LIKING = {"LIKES", "ENJOYS", "LOVES"}
 ONTOLOGY = Ontology(relations={"LIVES_IN": RelationType(single_valued=True)})
 EMB = HashEmbedder(dim=32)
 
@@ -79,14 +82,18 @@ def said_in_order(arrival: Sequence[int], history: Sequence[Statement]) -> list[
 
 def judge(prompt: Prompt, model: Any) -> Any:
     """The LLM double: extraction by tkg's rules; a fact contradicts a candidate of the same person and group
-    with another object, and duplicates those with the same sentence. A pairwise judgement: never order-dependent."""
+    with another object, and duplicates those with the same sentence, or of the same person and object with both
+    relations among LIKING (the answer names every duplicate). A pairwise judgement: never order-dependent."""
     if model is GraphExtraction:
         return extract(str(prompt.inputs["content"]), prompt.inputs.get("speaker"))
     decisions = []
     for number, item in enumerate(prompt.inputs.get("facts", []), start=1):
         duplicates, contradicts = [], []
         for c in item["candidates"]:
-            if text_key(c["fact"]) == text_key(item["fact"]):
+            liking = {c["relation"], item["relation"]} <= LIKING
+            if text_key(c["fact"]) == text_key(item["fact"]) or (
+                liking and (c["source"], c["target"]) == (item["source"], item["target"])
+            ):
                 duplicates.append(c["number"])
             elif (
                 c["source"] == item["source"]
@@ -895,3 +902,28 @@ def test_two_facts_of_one_message_shown_one_statement_each_keep_the_verdict_on_w
     assert canonical(removed) == canonical(never)
     rome = next(f for f in never.get_all("g", include_invalidated=True) if f.fact.lower() == "ann lives in rome")
     assert rome.invalid_at == datetime(2011, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)], ids=["loves-last", "loves-first"])
+def test_a_fact_the_same_as_two_statements_said_together_joins_both_in_any_arrival_order(
+    make_store: Callable[[int], Store], order: tuple[int, int]
+) -> None:
+    """One message says Ann likes Paris and enjoys Paris (two statements: one message said both), another, a day
+    later, that she loves Paris; the LLM double finds "loves" the same as each (LIKING). Arriving last, "loves" is
+    shown both and the answer names both; arriving first, each of the others is asked about it. Either way the
+    three are one statement. With one duplicate per answer (the old ``duplicate_of``), "loves" arriving last was
+    joined to one of them only, and the history depended on the arrival order (135 of 1,500 histories of a
+    differential fuzzer whose judge finds several candidates the same; 0 with every duplicate named)."""
+    items = [
+        together_message(("Ann", [("LIKES", "Paris", 2010, None), ("ENJOYS", "Paris", 2010, None)], 0)),
+        together_message(("Ann", [("LOVES", "Paris", 2010, None)], 1)),
+    ]
+    memories = []
+    for arrival in ((0, 1), order):
+        memory = new_memory(make_store(EMB.dim))
+        for i in arrival:
+            memory.add_episode(items[i][0], reference_time=items[i][1], group_id="g")
+        memories.append(memory)
+    assert canonical(memories[0]) == canonical(memories[1])
+    facts = memories[1].get_all("g", include_invalidated=True)
+    assert len(facts) == 3 and sum(f.invalid_at is None for f in facts) == 1  # one statement, held by one fact
