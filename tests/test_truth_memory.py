@@ -864,24 +864,27 @@ def test_a_statement_said_again_and_again_is_settled_from_its_facts(monkeypatch:
     assert [f.id for f in memory.get_all("g")] == [first.id]
 
 
-def _said_as_json(contradicts: Callable[[str, str], bool], tick: timedelta | None = None) -> Memory:
+def _said_as_json(
+    contradicts: Callable[[str, str], bool],
+    tick: timedelta | None = None,
+    decide: Callable[[int, dict[str, Any]], FactDecision] | None = None,
+) -> Memory:
     """A memory (LIVES_IN single-valued) whose scripted LLM extracts the facts an episode lists as JSON, and judges
-    a new fact to contradict each candidate for which ``contradicts(new fact's relation, candidate's sentence)``."""
+    a new fact to contradict each candidate for which ``contradicts(new fact's relation, candidate's sentence)``
+    (or answers ``decide(its number, the question)`` when given)."""
+
+    def contradicting(i: int, item: dict[str, Any]) -> FactDecision:
+        return FactDecision(
+            new=i, contradicts=[c["number"] for c in item["candidates"] if contradicts(item["relation"], c["fact"])]
+        )
 
     def handler(prompt: Prompt, model: Any) -> Any:
         if model is GraphExtraction:
             said = json.loads(str(prompt.inputs["content"]))
             names = sorted({x for f in said for x in (f["source"], f["target"])})
             return GraphExtraction(entities=[{"name": n} for n in names], facts=said)
-        return Resolution(
-            facts=[
-                FactDecision(
-                    new=i,
-                    contradicts=[c["number"] for c in item["candidates"] if contradicts(item["relation"], c["fact"])],
-                )
-                for i, item in enumerate(prompt.inputs["facts"], 1)
-            ]
-        )
+        answer = decide or contradicting
+        return Resolution(facts=[answer(i, item) for i, item in enumerate(prompt.inputs["facts"], 1)])
 
     return Memory(
         embedder=HashEmbedder(dim=32),
@@ -1004,17 +1007,10 @@ def test_a_fact_the_same_as_two_statements_is_linked_to_both_and_a_removal_equal
     same = {"Ann likes tea", "Ann enjoys tea", "Ann loves tea"}
     answers: list[list[str]] = []
 
-    def handler(prompt: Prompt, model: Any) -> Any:
-        if model is GraphExtraction:
-            said = json.loads(str(prompt.inputs["content"]))
-            names = sorted({x for f in said for x in (f["source"], f["target"])})
-            return GraphExtraction(entities=[{"name": n} for n in names], facts=said)
-        decisions = []
-        for i, item in enumerate(prompt.inputs["facts"], 1):
-            named = [c for c in item["candidates"] if item["fact"] in same and c["fact"] in same]
-            answers.append(sorted(c["fact"] for c in named))
-            decisions.append(FactDecision(new=i, duplicates=[c["number"] for c in named]))
-        return Resolution(facts=decisions)
+    def decide(i: int, item: dict[str, Any]) -> FactDecision:
+        named = [c for c in item["candidates"] if item["fact"] in same and c["fact"] in same]
+        answers.append(sorted(c["fact"] for c in named))
+        return FactDecision(new=i, duplicates=[c["number"] for c in named])
 
     said = [
         [("LIKES", "Ann likes tea", 2010, 2011), ("ENJOYS", "Ann enjoys tea", 2010, 2011)],
@@ -1024,14 +1020,7 @@ def test_a_fact_the_same_as_two_statements_is_linked_to_both_and_a_removal_equal
     ]
 
     def history(skipped: int | None) -> tuple[Memory, list[str]]:
-        memory = Memory(
-            embedder=HashEmbedder(dim=32),
-            llm=ScriptedLLM(handler=handler),
-            clock=FixedClock(datetime(2025, 1, 1, tzinfo=UTC)),
-            config=MemoryConfig(
-                llm_policy=LLMPolicy(backoff_initial=0.0), communities=None, related_min_similarity=-1.0
-            ),
-        )
+        memory = _said_as_json(lambda relation, fact: False, decide=decide)
         episodes = []
         for day, facts in enumerate(said):
             if day == skipped:
